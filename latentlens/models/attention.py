@@ -1,0 +1,191 @@
+"""The hooked attention family of reference/hyla.md section 2.
+
+One module, two switches (see :class:`~latentlens.models.config.AttentionConfig`):
+
+- score normalisation a = norm(s): ``softmax`` over keys, ``rms_head`` (each (q, k) score
+  vector divided by its RMS across heads) or ``none`` (linear attention);
+- value network: ``linear`` (standard MHA, z[q,h] = sum_k a[h,q,k] v_h[k]) or ``mlp``
+  (HYLA: u[q,k] = sum_h a[h,q,k] v_h[k], z[q,h] = sum_k a[h,q,k] phi(u[q,k])).
+
+In both cases out = W^O concat_h z + b^O. The latent code of a query-key pair is the
+vector a[:, q, k] over heads, exposed at ``hook_pattern``.
+
+Hook points (shapes):
+
+- ``hook_q``, ``hook_k``: ``[batch, pos, head, d_head]``; ``hook_v``:
+  ``[batch, key_pos, head, d_head_v]``; ``hook_z``: ``[batch, query_pos, head, d_head_v]``
+- ``hook_attn_scores``: ``[batch, head, query, key]``, scaled scores plus the relative
+  position bias, with masked pairs already holding the normalisation's fill value (the
+  dtype's most negative number for softmax, 0 otherwise)
+- ``hook_pattern``: ``[batch, head, query, key]``, the normalised weights a (attention
+  dropout, when training, is applied after this hook)
+- ``hook_vnet_pre``, ``hook_vnet_post`` (mlp value network only):
+  ``[batch, query, key, d_head_v]``, u before and after the activation
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformer_lens.hook_points import HookPoint
+
+from latentlens.models.config import AttentionConfig
+from latentlens.models.init import lecun_normal_, truncated_normal_
+from latentlens.models.position import RelativePositionBias
+from latentlens.models.validation import check_input
+
+ACTIVATION_FUNCTIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "relu": F.relu,
+    "gelu": lambda x: F.gelu(x, approximate="tanh"),
+    "silu": F.silu,
+    "sigmoid": torch.sigmoid,
+    "tanh": torch.tanh,
+    "identity": lambda x: x,
+}
+
+
+class Attention(nn.Module):
+    """Multi-head attention of any variant of the family, self- or cross-attention.
+
+    Parameters follow TransformerLens's layout: ``W_Q``, ``W_K`` ``[head, d_in, d_head]``,
+    ``W_V`` ``[head, d_in, d_head_v]``, ``W_O`` ``[head, d_head_v, d_model]``, biases
+    ``b_Q``, ``b_K`` ``[head, d_head]``, ``b_V`` ``[head, d_head_v]``, ``b_O`` ``[d_model]``;
+    ``rel_pos.table`` ``[head, num_buckets]`` when relative positions are on.
+    """
+
+    def __init__(self, cfg: AttentionConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        h, d, dv = cfg.n_heads, cfg.d_head, cfg.d_head_v
+        self.W_Q = nn.Parameter(torch.empty(h, cfg.d_model, d))
+        self.W_K = nn.Parameter(torch.empty(h, cfg.kv_width, d))
+        self.W_V = nn.Parameter(torch.empty(h, cfg.kv_width, dv))
+        self.W_O = nn.Parameter(torch.empty(h, dv, cfg.d_model))
+        self.b_Q = nn.Parameter(torch.zeros(h, d))
+        self.b_K = nn.Parameter(torch.zeros(h, d))
+        self.b_V = nn.Parameter(torch.zeros(h, dv))
+        self.b_O = nn.Parameter(torch.zeros(cfg.d_model))
+        self.rel_pos = (
+            RelativePositionBias(
+                h, cfg.num_buckets, cfg.max_distance, cfg.bidirectional_position
+            )
+            if cfg.relative_position
+            else None
+        )
+        self.activation = (
+            ACTIVATION_FUNCTIONS[cfg.activation] if cfg.value_network == "mlp" else None
+        )
+        self.hook_q = HookPoint()
+        self.hook_k = HookPoint()
+        self.hook_v = HookPoint()
+        self.hook_attn_scores = HookPoint()
+        self.hook_pattern = HookPoint()
+        self.hook_z = HookPoint()
+        if cfg.value_network == "mlp":
+            self.hook_vnet_pre = HookPoint()
+            self.hook_vnet_post = HookPoint()
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Flax's defaults, as in the official code: LeCun-normal kernels, zero biases."""
+        for weight in (self.W_Q, self.W_K, self.W_V):
+            lecun_normal_(weight, fan_in=weight.shape[1])
+        lecun_normal_(self.W_O, fan_in=self.W_O.shape[0] * self.W_O.shape[1])
+        for bias in (self.b_Q, self.b_K, self.b_V, self.b_O):
+            nn.init.zeros_(bias)
+        if self.rel_pos is not None:
+            truncated_normal_(self.rel_pos.table, std=1.0 / math.sqrt(self.cfg.n_heads))
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        kv: torch.Tensor | None = None,
+        key_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Attend from ``x`` to ``kv`` (``x`` itself when ``None``).
+
+        Args:
+            x: queries' stream ``[batch, query_pos, d_model]``.
+            kv: keys' and values' stream ``[batch, key_pos, d_kv_input]``; ``None`` for
+                self-attention.
+            key_mask: ``[batch, key_pos]`` bool, False for keys to ignore (padding).
+
+        Returns:
+            ``[batch, query_pos, d_model]``.
+        """
+        cfg = self.cfg
+        check_input("x", x, (None, None, cfg.d_model), "[batch, query_pos, d_model]")
+        if kv is None:
+            if cfg.d_kv_input is not None:
+                raise ValueError(
+                    "this attention layer is cross-attention (d_kv_input="
+                    f"{cfg.d_kv_input}): pass kv of shape [batch, key_pos, {cfg.d_kv_input}]"
+                )
+            kv = x
+        else:
+            check_input("kv", kv, (x.shape[0], None, cfg.kv_width), "[batch, key_pos, d_kv]")
+        batch, q_len, k_len = x.shape[0], x.shape[1], kv.shape[1]
+
+        q = self.hook_q(torch.einsum("bpm,hmd->bphd", x, self.W_Q) + self.b_Q)
+        k = self.hook_k(torch.einsum("bpm,hmd->bphd", kv, self.W_K) + self.b_K)
+        v = self.hook_v(torch.einsum("bpm,hmd->bphd", kv, self.W_V) + self.b_V)
+
+        scores = torch.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(cfg.d_head)
+        if self.rel_pos is not None:
+            scores = scores + self.rel_pos(q_len, k_len)
+        mask = self._mask(batch, q_len, k_len, key_mask, x.device)
+        if mask is not None:
+            fill = torch.finfo(scores.dtype).min if cfg.normalization == "softmax" else 0.0
+            scores = scores.masked_fill(~mask, fill)
+        scores = self.hook_attn_scores(scores)
+
+        pattern = self.hook_pattern(self._normalize(scores))
+        if self.training and cfg.dropout > 0:
+            # One dropout mask [1, 1, query, key] shared by the batch and all heads.
+            keep = torch.rand(1, 1, q_len, k_len, device=x.device) >= cfg.dropout
+            pattern = pattern * keep.to(pattern.dtype) / (1.0 - cfg.dropout)
+
+        if self.activation is None:
+            z = torch.einsum("bhqk,bkhd->bqhd", pattern, v)
+        else:
+            mixed = self.hook_vnet_pre(torch.einsum("bhqk,bkhd->bqkd", pattern, v))
+            mixed = self.hook_vnet_post(self.activation(mixed))
+            z = torch.einsum("bhqk,bqkd->bqhd", pattern, mixed)
+        z = self.hook_z(z)
+        return torch.einsum("bqhd,hdm->bqm", z, self.W_O) + self.b_O
+
+    def _mask(
+        self,
+        batch: int,
+        q_len: int,
+        k_len: int,
+        key_mask: torch.Tensor | None,
+        device: torch.device,
+    ) -> torch.Tensor | None:
+        """Bool mask ``[batch | 1, 1, query, key]``, True where the query may attend."""
+        mask = None
+        if self.cfg.causal:
+            mask = torch.ones(q_len, k_len, dtype=torch.bool, device=device).tril()[None, None]
+        if key_mask is not None:
+            check_input("key_mask", key_mask, (batch, k_len), "[batch, key_pos]")
+            if key_mask.dtype != torch.bool:
+                raise ValueError(
+                    f"key_mask must be a bool tensor (True = attend), got dtype {key_mask.dtype}"
+                )
+            padding = key_mask[:, None, None, :]
+            mask = padding if mask is None else mask & padding
+        return mask
+
+    def _normalize(self, scores: torch.Tensor) -> torch.Tensor:
+        """Attention weights a ``[batch, head, query, key]`` from masked scores."""
+        norm = self.cfg.normalization
+        if norm == "softmax":
+            return torch.softmax(scores, dim=-1)
+        if norm == "rms_head":
+            mean_square = scores.square().mean(dim=1, keepdim=True)
+            return scores * torch.rsqrt(mean_square + self.cfg.rms_eps)
+        return scores

@@ -1,0 +1,39 @@
+"""Reading latent codes out of a cache."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+
+
+def pattern_hook_name(layer: int, prefix: str = "") -> str:
+    """Hook name of layer ``layer``'s attention weights, e.g. ``blocks.0.attn.hook_pattern``.
+
+    ``prefix`` selects a stack of an encoder-decoder model (``"encoder."``, ``"decoder."``).
+    """
+    return f"{prefix}blocks.{layer}.attn.hook_pattern"
+
+
+def latent_codes(
+    cache: Mapping[str, torch.Tensor], layer: int, prefix: str = ""
+) -> torch.Tensor:
+    """The latent code of every query-key pair of one layer: ``[batch, query, key, head]``.
+
+    ``cache`` is an ``ActivationCache`` (or dict) holding that layer's ``hook_pattern``
+    ``[batch, head, query, key]``; ``codes[b, q, k]`` is the vector a(., q, k) over heads.
+    """
+    name = pattern_hook_name(layer, prefix)
+    try:
+        pattern = cache[name]
+    except KeyError:
+        raise KeyError(
+            f"the cache has no {name!r}; run the model with a names_filter that keeps it, "
+            f"e.g. names_filter=lambda n: n.endswith('attn.hook_pattern')"
+        ) from None
+    if pattern.ndim != 4:
+        raise ValueError(
+            f"{name} has shape {list(pattern.shape)}, expected [batch, head, query, key]; "
+            "was the cache made with remove_batch_dim=True? Use a batch dimension."
+        )
+    return pattern.permute(0, 2, 3, 1)

@@ -1,0 +1,150 @@
+"""The hooked decoder-only transformer of reference/hyla.md section 3.
+
+Pre-LN blocks ``x = x + Attn(LN1(x)); x = x + MLP(LN2(x))`` with a GELU (tanh) MLP, a final
+LayerNorm and a linear readout. Inputs are continuous vectors (linear embedding) or token
+ids (embedding table).
+
+Hook points (shapes), following TransformerLens's names:
+
+- ``hook_embed``: ``[batch, pos, d_model]``; ``hook_pos_embed`` (absolute position only)
+- ``blocks.{l}.hook_resid_pre``, ``hook_resid_mid``, ``hook_resid_post``:
+  ``[batch, pos, d_model]``
+- ``blocks.{l}.hook_attn_out``, ``blocks.{l}.hook_mlp_out``: ``[batch, pos, d_model]``
+- ``blocks.{l}.mlp.hook_pre``, ``hook_post``: ``[batch, pos, d_mlp]``
+- ``blocks.{l}.attn.*``: see :mod:`latentlens.models.attention`
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformer_lens.hook_points import HookPoint
+
+from latentlens.models.attention import Attention
+from latentlens.models.config import AttentionConfig, TransformerConfig
+from latentlens.models.hooked import HookedModel
+from latentlens.models.init import init_linear_, truncated_normal_
+from latentlens.models.position import sinusoidal_encoding
+from latentlens.models.validation import check_input
+
+
+class MLP(nn.Module):
+    """``Linear(d_model -> d_mlp) . GELU(tanh) . Linear(d_mlp -> d_model)``, with biases."""
+
+    def __init__(self, d_model: int, d_mlp: int) -> None:
+        super().__init__()
+        self.fc_in = init_linear_(nn.Linear(d_model, d_mlp))
+        self.fc_out = init_linear_(nn.Linear(d_mlp, d_model))
+        self.hook_pre = HookPoint()
+        self.hook_post = HookPoint()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``[batch, pos, d_model] -> [batch, pos, d_model]``."""
+        hidden = self.hook_post(F.gelu(self.hook_pre(self.fc_in(x)), approximate="tanh"))
+        return self.fc_out(hidden)
+
+
+class TransformerBlock(nn.Module):
+    """One pre-LN block: attention then MLP, each added to the residual stream."""
+
+    def __init__(self, attn_cfg: AttentionConfig, d_mlp: int, ln_eps: float) -> None:
+        super().__init__()
+        d_model = attn_cfg.d_model
+        self.ln1 = nn.LayerNorm(d_model, eps=ln_eps)
+        self.attn = Attention(attn_cfg)
+        self.ln2 = nn.LayerNorm(d_model, eps=ln_eps)
+        self.mlp = MLP(d_model, d_mlp)
+        self.hook_resid_pre = HookPoint()
+        self.hook_attn_out = HookPoint()
+        self.hook_resid_mid = HookPoint()
+        self.hook_mlp_out = HookPoint()
+        self.hook_resid_post = HookPoint()
+
+    def forward(self, resid: torch.Tensor, key_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """``[batch, pos, d_model] -> [batch, pos, d_model]``."""
+        resid = self.hook_resid_pre(resid)
+        resid = self.hook_resid_mid(
+            resid + self.hook_attn_out(self.attn(self.ln1(resid), key_mask=key_mask))
+        )
+        return self.hook_resid_post(resid + self.hook_mlp_out(self.mlp(self.ln2(resid))))
+
+
+class DecoderTransformer(HookedModel):
+    """Decoder-only transformer with every quantity of the hook-name contract hooked.
+
+    ``forward(inputs)`` takes ``[batch, pos, d_input]`` floats (continuous inputs) or
+    ``[batch, pos]`` integer token ids and returns ``[batch, pos, d_output]``.
+
+    Example::
+
+        cfg = TransformerConfig.preset("fuzzy-logic", attention="hyla")
+        model = DecoderTransformer(cfg)
+        out, cache = model.run_with_cache(x, names_filter=lambda n: n.endswith("pattern"))
+        codes = latentlens.latent_codes(cache, layer=0)  # [batch, query, key, head]
+    """
+
+    def __init__(self, cfg: TransformerConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        if cfg.vocab_size is not None:
+            self.embed: nn.Module = nn.Embedding(cfg.vocab_size, cfg.d_model)
+            truncated_normal_(self.embed.weight, std=1.0 / cfg.d_model**0.5)
+        else:
+            self.embed = init_linear_(nn.Linear(cfg.d_input, cfg.d_model))
+        self.hook_embed = HookPoint()
+        if cfg.absolute_position:
+            self.register_buffer(
+                "pos_encoding", sinusoidal_encoding(cfg.n_ctx, cfg.d_model), persistent=False
+            )
+            self.hook_pos_embed = HookPoint()
+        attn_cfg = cfg.attention_config()
+        self.blocks = nn.ModuleList(
+            TransformerBlock(attn_cfg, cfg.d_mlp, cfg.ln_eps) for _ in range(cfg.n_layers)
+        )
+        self.ln_final = nn.LayerNorm(cfg.d_model, eps=cfg.ln_eps)
+        self.unembed = init_linear_(nn.Linear(cfg.d_model, cfg.d_output))
+        self.setup()
+
+    def forward(
+        self, inputs: torch.Tensor, key_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Outputs ``[batch, pos, d_output]``; ``key_mask`` ``[batch, pos]`` bool marks real
+        (True) and padding (False) positions."""
+        resid = self.hook_embed(self.embed(self._check_inputs(inputs)))
+        if self.cfg.absolute_position:
+            resid = resid + self.hook_pos_embed(self.pos_encoding[: inputs.shape[1]])
+        for block in self.blocks:
+            resid = block(resid, key_mask=key_mask)
+        return self.unembed(self.ln_final(resid))
+
+    def _check_inputs(self, inputs: torch.Tensor) -> torch.Tensor:
+        cfg = self.cfg
+        if cfg.vocab_size is not None:
+            check_input("inputs", inputs, (None, None), "[batch, pos] token ids")
+            if inputs.dtype.is_floating_point or inputs.dtype == torch.bool:
+                raise ValueError(
+                    f"inputs must be integer token ids for a model with vocab_size="
+                    f"{cfg.vocab_size}, got dtype {inputs.dtype}"
+                )
+            # A range check syncs with the device; compiled (captured) steps skip it.
+            in_range = torch.compiler.is_compiling() or not inputs.numel()
+            if not in_range and (inputs.min() < 0 or inputs.max() >= cfg.vocab_size):
+                raise ValueError(
+                    f"inputs hold token ids in [{int(inputs.min())}, {int(inputs.max())}], "
+                    f"outside the vocabulary [0, {cfg.vocab_size - 1}]"
+                )
+        else:
+            check_input("inputs", inputs, (None, None, cfg.d_input), "[batch, pos, d_input]")
+            if not inputs.dtype.is_floating_point:
+                raise ValueError(
+                    f"inputs must be floating point for a model with d_input={cfg.d_input}, "
+                    f"got dtype {inputs.dtype}"
+                )
+        if inputs.shape[1] > cfg.n_ctx:
+            raise ValueError(
+                f"inputs has {inputs.shape[1]} positions (shape {list(inputs.shape)}), more "
+                f"than the model's n_ctx={cfg.n_ctx} (the size of its position tables); "
+                f"build the model with n_ctx >= {inputs.shape[1]}"
+            )
+        return inputs
