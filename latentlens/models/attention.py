@@ -70,9 +70,7 @@ class Attention(nn.Module):
         self.b_V = nn.Parameter(torch.zeros(h, dv))
         self.b_O = nn.Parameter(torch.zeros(cfg.d_model))
         self.rel_pos = (
-            RelativePositionBias(
-                h, cfg.num_buckets, cfg.max_distance, cfg.bidirectional_position
-            )
+            RelativePositionBias(h, cfg.num_buckets, cfg.max_distance, cfg.bidirectional_position)
             if cfg.relative_position
             else None
         )

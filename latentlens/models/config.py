@@ -37,7 +37,9 @@ class AttentionVariant:
 
 
 VARIANTS: dict[str, AttentionVariant] = {
-    "softmax": AttentionVariant("softmax", "linear", None, "softmax_attention", "softmax attention"),
+    "softmax": AttentionVariant(
+        "softmax", "linear", None, "softmax_attention", "softmax attention"
+    ),
     "linear": AttentionVariant("none", "linear", None, "linear_attention", "linear attention"),
     "linear_rms_head": AttentionVariant(
         "rms_head", "linear", None, "linear_attention_rms_head", "linear attention + RMSHead"

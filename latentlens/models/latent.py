@@ -15,9 +15,7 @@ def pattern_hook_name(layer: int, prefix: str = "") -> str:
     return f"{prefix}blocks.{layer}.attn.hook_pattern"
 
 
-def latent_codes(
-    cache: Mapping[str, torch.Tensor], layer: int, prefix: str = ""
-) -> torch.Tensor:
+def latent_codes(cache: Mapping[str, torch.Tensor], layer: int, prefix: str = "") -> torch.Tensor:
     """The latent code of every query-key pair of one layer: ``[batch, query, key, head]``.
 
     ``cache`` is an ``ActivationCache`` (or dict) holding that layer's ``hook_pattern``

@@ -65,8 +65,9 @@ class RelativePositionBias(nn.Module):
         # is a slice and a gather (static, no host work: friendly to torch.compile).
         self.register_buffer(
             "bucket_grid",
-            relative_position_buckets(max_distance, max_distance, num_buckets, max_distance,
-                                      bidirectional),
+            relative_position_buckets(
+                max_distance, max_distance, num_buckets, max_distance, bidirectional
+            ),
             persistent=False,
         )
 
@@ -75,7 +76,11 @@ class RelativePositionBias(nn.Module):
             buckets = self.bucket_grid[:q_len, :k_len]
         else:
             buckets = relative_position_buckets(
-                q_len, k_len, self.num_buckets, self.max_distance, self.bidirectional,
+                q_len,
+                k_len,
+                self.num_buckets,
+                self.max_distance,
+                self.bidirectional,
                 self.table.device,
             )
         return self.table[:, buckets]

@@ -6,7 +6,7 @@ ids (embedding table).
 
 Hook points (shapes), following TransformerLens's names:
 
-- ``hook_embed``: ``[batch, pos, d_model]``; ``hook_pos_embed`` (absolute position only)
+- ``hook_embed``, ``hook_pos_embed`` (absolute position only): ``[batch, pos, d_model]``
 - ``blocks.{l}.hook_resid_pre``, ``hook_resid_mid``, ``hook_resid_post``:
   ``[batch, pos, d_model]``
 - ``blocks.{l}.hook_attn_out``, ``blocks.{l}.hook_mlp_out``: ``[batch, pos, d_model]``
@@ -106,14 +106,13 @@ class DecoderTransformer(HookedModel):
         self.unembed = init_linear_(nn.Linear(cfg.d_model, cfg.d_output))
         self.setup()
 
-    def forward(
-        self, inputs: torch.Tensor, key_mask: torch.Tensor | None = None
-    ) -> torch.Tensor:
+    def forward(self, inputs: torch.Tensor, key_mask: torch.Tensor | None = None) -> torch.Tensor:
         """Outputs ``[batch, pos, d_output]``; ``key_mask`` ``[batch, pos]`` bool marks real
         (True) and padding (False) positions."""
         resid = self.hook_embed(self.embed(self._check_inputs(inputs)))
         if self.cfg.absolute_position:
-            resid = resid + self.hook_pos_embed(self.pos_encoding[: inputs.shape[1]])
+            positions = self.pos_encoding[: inputs.shape[1]].expand(inputs.shape[0], -1, -1)
+            resid = resid + self.hook_pos_embed(positions)
         for block in self.blocks:
             resid = block(resid, key_mask=key_mask)
         return self.unembed(self.ln_final(resid))

@@ -20,9 +20,8 @@ def check_input(
     shape = tuple(tensor.shape)
     wanted = "[" + ", ".join("*" if size is None else str(size) for size in expected) + "]"
     if len(shape) != len(expected) or any(
-        size is not None and size != actual for size, actual in zip(expected, shape)
+        size is not None and size != actual for size, actual in zip(expected, shape, strict=False)
     ):
         raise ValueError(
-            f"{name} has shape {list(shape)}, expected {layout} = {wanted} "
-            "(* is any size)"
+            f"{name} has shape {list(shape)}, expected {layout} = {wanted} (* is any size)"
         )

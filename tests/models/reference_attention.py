@@ -35,7 +35,8 @@ def t5_bucket(query: int, key: int, num_buckets: int, max_distance: int) -> int:
     if n < max_exact:
         return n
     large = max_exact + int(
-        math.log(n / max_exact + 1.1920929e-07) / math.log(max_distance / max_exact)
+        math.log(n / max_exact + 1.1920929e-07)
+        / math.log(max_distance / max_exact)
         * (num_buckets - max_exact)
     )
     return min(large, num_buckets - 1)
@@ -73,8 +74,11 @@ def reference_attention(
                     key = p["W_K"][h].T @ kv[b, k] + p["b_K"][h]
                     s = float(query @ key) / math.sqrt(cfg.d_head)
                     if cfg.relative_position:
-                        s += float(p["rel_pos.table"][h, t5_bucket(q, k, cfg.num_buckets,
-                                                                   cfg.max_distance)])
+                        s += float(
+                            p["rel_pos.table"][
+                                h, t5_bucket(q, k, cfg.num_buckets, cfg.max_distance)
+                            ]
+                        )
                     scores[h, q, k] = s
         a = torch.zeros_like(scores)
         for q in range(q_len):

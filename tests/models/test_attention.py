@@ -28,8 +28,9 @@ def relative_error(fast: torch.Tensor, slow: torch.Tensor) -> float:
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 @pytest.mark.parametrize("causal", [False, True])
 def test_fast_path_equals_per_pair_hypernetwork(variant: str, causal: bool) -> None:
-    attn = random_attention(variant, causal=causal, relative_position=True,
-                            num_buckets=4, max_distance=5)
+    attn = random_attention(
+        variant, causal=causal, relative_position=True, num_buckets=4, max_distance=5
+    )
     x = torch.randn(2, 7, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
     pattern = {}
     attn.hook_pattern.add_hook(lambda t, hook: pattern.setdefault("a", t))
@@ -60,15 +61,19 @@ def test_softmax_reproduces_torch_multihead_attention(causal: bool) -> None:
     with torch.no_grad():
         mha.in_proj_bias.normal_()
         mha.out_proj.bias.normal_()
-    attn = Attention(AttentionConfig.from_variant(
-        "softmax", d_model=d_model, n_heads=heads, qk_dim=d_model, v_dim=d_model, causal=causal
-    )).eval()
+    attn = Attention(
+        AttentionConfig.from_variant(
+            "softmax", d_model=d_model, n_heads=heads, qk_dim=d_model, v_dim=d_model, causal=causal
+        )
+    ).eval()
     w_q, w_k, w_v = mha.in_proj_weight.detach().chunk(3)
     b_q, b_k, b_v = mha.in_proj_bias.detach().chunk(3)
     with torch.no_grad():
-        for ours_w, ours_b, weight, bias in ((attn.W_Q, attn.b_Q, w_q, b_q),
-                                             (attn.W_K, attn.b_K, w_k, b_k),
-                                             (attn.W_V, attn.b_V, w_v, b_v)):
+        for ours_w, ours_b, weight, bias in (
+            (attn.W_Q, attn.b_Q, w_q, b_q),
+            (attn.W_K, attn.b_K, w_k, b_k),
+            (attn.W_V, attn.b_V, w_v, b_v),
+        ):
             # torch: [head * d_head, d_model] rows; ours: [head, d_model, d_head]
             ours_w.copy_(weight.reshape(heads, d_head, d_model).transpose(1, 2))
             ours_b.copy_(bias.reshape(heads, d_head))
@@ -77,8 +82,9 @@ def test_softmax_reproduces_torch_multihead_attention(causal: bool) -> None:
 
     x = torch.randn(3, 6, d_model)
     torch_mask = torch.ones(6, 6, dtype=torch.bool).triu(1) if causal else None
-    expected, expected_weights = mha(x, x, x, attn_mask=torch_mask, need_weights=True,
-                                     average_attn_weights=False)
+    expected, expected_weights = mha(
+        x, x, x, attn_mask=torch_mask, need_weights=True, average_attn_weights=False
+    )
     seen = {}
     attn.hook_pattern.add_hook(lambda t, hook: seen.setdefault("pattern", t))
     out = attn(x)
