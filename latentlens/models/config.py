@@ -16,9 +16,17 @@ The eight named variants of the paper's Table A1 are entries of :data:`VARIANTS`
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, dataclass, fields
-from typing import Any, TypeVar
+from dataclasses import dataclass
+from typing import Any
+
+from latentlens.configs import (
+    JsonConfig,
+    require_choice,
+    require_divisible,
+    require_eps,
+    require_positive,
+    require_probability,
+)
 
 NORMALIZATIONS = ("softmax", "rms_head", "none")
 VALUE_NETWORKS = ("linear", "mlp")
@@ -71,69 +79,8 @@ def resolve_variant(name: str) -> str:
     )
 
 
-def _require_positive(owner: str, name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"{owner}.{name}={value!r} is invalid: it must be a positive integer")
-
-
-def _require_choice(owner: str, name: str, value: Any, allowed: tuple[str, ...]) -> None:
-    if value not in allowed:
-        raise ValueError(f"{owner}.{name}={value!r} is invalid: choose one of {list(allowed)}")
-
-
-def _require_probability(owner: str, name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
-        raise ValueError(f"{owner}.{name}={value!r} is invalid: it must be a float in [0, 1)")
-
-
-def _require_eps(owner: str, name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise ValueError(f"{owner}.{name}={value!r} is invalid: it must be a positive float")
-
-
-def _require_divisible(owner: str, name: str, value: int, n_heads: int, why: str) -> None:
-    if value % n_heads:
-        raise ValueError(
-            f"{owner}.{name}={value} is not divisible by n_heads={n_heads}: {why}; "
-            f"use a multiple of {n_heads}"
-        )
-
-
-_C = TypeVar("_C", bound="_JsonConfig")
-
-
-class _JsonConfig:
-    """JSON round-trip shared by the config dataclasses."""
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)  # type: ignore[call-overload]
-
-    def to_json(self, indent: int | None = 2) -> str:
-        return json.dumps(self.to_dict(), indent=indent, sort_keys=True)
-
-    @classmethod
-    def from_dict(cls: type[_C], data: dict[str, Any]) -> _C:
-        known = {f.name for f in fields(cls)}  # type: ignore[arg-type]
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(
-                f"{cls.__name__} got unknown field(s) {unknown}; known fields: {sorted(known)}"
-            )
-        return cls(**data)
-
-    @classmethod
-    def from_json(cls: type[_C], text: str) -> _C:
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as err:
-            raise ValueError(f"{cls.__name__}: the text is not valid JSON ({err})") from err
-        if not isinstance(data, dict):
-            raise ValueError(f"{cls.__name__}: expected a JSON object, got {type(data).__name__}")
-        return cls.from_dict(data)
-
-
 @dataclass(frozen=True)
-class AttentionConfig(_JsonConfig):
+class AttentionConfig(JsonConfig):
     """One multi-head attention layer of the family.
 
     Widths follow the official code: ``qk_dim`` and ``v_dim`` are totals over heads, so a
@@ -165,19 +112,19 @@ class AttentionConfig(_JsonConfig):
     def __post_init__(self) -> None:
         owner = "AttentionConfig"
         for name in ("d_model", "n_heads", "qk_dim", "v_dim", "num_buckets", "max_distance"):
-            _require_positive(owner, name, getattr(self, name))
+            require_positive(owner, name, getattr(self, name))
         if self.d_kv_input is not None:
-            _require_positive(owner, "d_kv_input", self.d_kv_input)
-        _require_choice(owner, "normalization", self.normalization, NORMALIZATIONS)
-        _require_choice(owner, "value_network", self.value_network, VALUE_NETWORKS)
-        _require_divisible(
+            require_positive(owner, "d_kv_input", self.d_kv_input)
+        require_choice(owner, "normalization", self.normalization, NORMALIZATIONS)
+        require_choice(owner, "value_network", self.value_network, VALUE_NETWORKS)
+        require_divisible(
             owner, "qk_dim", self.qk_dim, self.n_heads, "every head needs the same query/key width"
         )
         if self.value_network == "mlp":
             if self.activation is None:
                 object.__setattr__(self, "activation", "relu")
-            _require_choice(owner, "activation", self.activation, ACTIVATIONS)
-            _require_divisible(
+            require_choice(owner, "activation", self.activation, ACTIVATIONS)
+            require_divisible(
                 owner,
                 "v_dim",
                 self.v_dim,
@@ -192,7 +139,7 @@ class AttentionConfig(_JsonConfig):
                     "value_network='linear': the linear value network has no activation; "
                     "set activation=None or use value_network='mlp'"
                 )
-            _require_divisible(
+            require_divisible(
                 owner, "v_dim", self.v_dim, self.n_heads, "every head needs the same value width"
             )
         if self.num_buckets > self.max_distance:
@@ -200,8 +147,8 @@ class AttentionConfig(_JsonConfig):
                 f"{owner}.num_buckets={self.num_buckets} exceeds max_distance="
                 f"{self.max_distance}: T5 bucketing needs num_buckets <= max_distance"
             )
-        _require_probability(owner, "dropout", self.dropout)
-        _require_eps(owner, "rms_eps", self.rms_eps)
+        require_probability(owner, "dropout", self.dropout)
+        require_eps(owner, "rms_eps", self.rms_eps)
 
     @classmethod
     def from_variant(cls, variant: str, **kwargs: Any) -> AttentionConfig:
@@ -229,7 +176,7 @@ class AttentionConfig(_JsonConfig):
 
 
 @dataclass(frozen=True)
-class TransformerConfig(_JsonConfig):
+class TransformerConfig(JsonConfig):
     """A decoder-only (pre-LN) transformer of reference/hyla.md section 3.
 
     Inputs are either continuous vectors (``d_input``: linear embedding) or token ids
@@ -261,20 +208,20 @@ class TransformerConfig(_JsonConfig):
     def __post_init__(self) -> None:
         owner = "TransformerConfig"
         for name in ("n_ctx", "d_output", "d_model", "n_layers", "n_heads", "qk_dim", "v_dim"):
-            _require_positive(owner, name, getattr(self, name))
-        _require_positive(owner, "d_mlp", self.d_mlp)
+            require_positive(owner, name, getattr(self, name))
+        require_positive(owner, "d_mlp", self.d_mlp)
         if (self.d_input is None) == (self.vocab_size is None):
             raise ValueError(
                 f"{owner}: set exactly one of d_input (continuous inputs) and vocab_size "
                 f"(token ids); got d_input={self.d_input!r}, vocab_size={self.vocab_size!r}"
             )
         if self.d_input is not None:
-            _require_positive(owner, "d_input", self.d_input)
+            require_positive(owner, "d_input", self.d_input)
         if self.vocab_size is not None:
-            _require_positive(owner, "vocab_size", self.vocab_size)
+            require_positive(owner, "vocab_size", self.vocab_size)
         object.__setattr__(self, "attention", resolve_variant(self.attention))
         if self.activation is not None:
-            _require_choice(owner, "activation", self.activation, ACTIVATIONS)
+            require_choice(owner, "activation", self.activation, ACTIVATIONS)
             if VARIANTS[self.attention].value_network != "mlp":
                 raise ValueError(
                     f"{owner}.activation={self.activation!r} is invalid with "
@@ -287,8 +234,8 @@ class TransformerConfig(_JsonConfig):
                 f"{owner}.d_model={self.d_model} must be even with absolute_position=True "
                 "(sinusoidal encodings pair sines and cosines)"
             )
-        _require_probability(owner, "attention_dropout", self.attention_dropout)
-        _require_eps(owner, "ln_eps", self.ln_eps)
+        require_probability(owner, "attention_dropout", self.attention_dropout)
+        require_eps(owner, "ln_eps", self.ln_eps)
         self.attention_config()  # validates the widths against the heads
 
     def attention_config(self) -> AttentionConfig:
