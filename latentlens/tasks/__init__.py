@@ -1,0 +1,45 @@
+"""Task generators with compositional splits: vectorised, seeded, device-agnostic."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from latentlens.tasks.base import Batch, Task
+from latentlens.tasks.fuzzy_logic import FuzzyLogicConfig, FuzzyLogicTask, fuzzy_dnf, term_bits
+from latentlens.tasks.sraven import RULE_NAMES, SRavenConfig, SRavenTask, rule_answers
+
+TASKS: dict[str, tuple[type[Task], type]] = {
+    "fuzzy-logic": (FuzzyLogicTask, FuzzyLogicConfig),
+    "sraven": (SRavenTask, SRavenConfig),
+}
+
+
+def make_task(
+    name: str,
+    config: dict[str, Any] | None = None,
+    seed: int = 0,
+    device: torch.device | str = "cpu",
+) -> Task:
+    """Build the task ``name`` from a config dict (defaults where omitted)."""
+    if name not in TASKS:
+        raise ValueError(f"task={name!r} is unknown; choose one of {sorted(TASKS)}")
+    task_cls, config_cls = TASKS[name]
+    return task_cls(config_cls.from_dict(config or {}), seed=seed, device=device)
+
+
+__all__ = [
+    "RULE_NAMES",
+    "TASKS",
+    "Batch",
+    "FuzzyLogicConfig",
+    "FuzzyLogicTask",
+    "SRavenConfig",
+    "SRavenTask",
+    "Task",
+    "fuzzy_dnf",
+    "make_task",
+    "rule_answers",
+    "term_bits",
+]

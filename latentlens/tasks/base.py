@@ -1,0 +1,87 @@
+"""The common task interface: a batch with its labels, named splits, seeded sampling.
+
+A task is built from a frozen, validated config, a seed and a device. Its *split* (which
+combinations of parts are trained on, held out, or never-seen) is fixed by the config's
+``split_seed``; sampling draws from a ``torch.Generator`` on the task's device, so the same
+seed gives the same batches on the same device, and a stream from one generator never
+repeats a batch. A task knows no model: it only says what its inputs, targets and labels
+are, and how to score a prediction tensor.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+
+@dataclass
+class Batch:
+    """One batch: model ``inputs``, ``targets`` and every ground-truth label.
+
+    ``inputs``: ``[batch, pos, d_input]`` floats. ``targets`` and the ``labels`` are
+    task-specific; each task's docstring lists their shapes.
+    """
+
+    inputs: torch.Tensor
+    targets: torch.Tensor
+    labels: dict[str, torch.Tensor] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return self.inputs.shape[0]
+
+    def to(self, device: torch.device | str) -> Batch:
+        return Batch(
+            self.inputs.to(device),
+            self.targets.to(device),
+            {name: label.to(device) for name, label in self.labels.items()},
+        )
+
+
+class Task:
+    """Base class: seeded generator on a device, split names, streams of batches."""
+
+    name: str = "task"
+    splits: tuple[str, ...] = ()
+
+    def __init__(self, seed: int = 0, device: torch.device | str = "cpu") -> None:
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise ValueError(f"seed={seed!r} is invalid: it must be an integer")
+        self.seed = seed
+        self.device = torch.device(device)
+        self.generator = self.make_generator(seed)
+
+    def make_generator(self, seed: int) -> torch.Generator:
+        """A fresh ``torch.Generator`` on the task's device seeded with ``seed``."""
+        return torch.Generator(device=self.device).manual_seed(seed)
+
+    def check_split(self, split: str) -> None:
+        if split not in self.splits:
+            raise ValueError(
+                f"split={split!r} is unknown for {self.name}; choose one of {list(self.splits)}"
+            )
+
+    @staticmethod
+    def check_batch_size(batch_size: int) -> None:
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
+            raise ValueError(f"batch_size={batch_size!r} is invalid: it must be a positive integer")
+
+    def sample(
+        self, batch_size: int, split: str = "train", generator: torch.Generator | None = None
+    ) -> Batch:
+        """One batch of ``split``; draws from ``generator`` (default: the task's own)."""
+        raise NotImplementedError
+
+    def batches(
+        self, batch_size: int, split: str = "train", seed: int | None = None
+    ) -> Iterator[Batch]:
+        """An endless stream of batches from a generator of its own (``seed``: the task's)."""
+        generator = self.make_generator(self.seed if seed is None else seed)
+        while True:
+            yield self.sample(batch_size, split, generator=generator)
+
+    def describe(self) -> dict[str, Any]:
+        """The split as JSON-ready data, so a run records exactly what it was trained on."""
+        raise NotImplementedError
