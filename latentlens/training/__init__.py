@@ -1,0 +1,27 @@
+"""The training loop, run directories, checkpoints and callbacks."""
+
+from latentlens.training.callbacks import ActivationRecorder, Callback
+from latentlens.training.checkpoint import CheckpointError, list_checkpoints, load_checkpoint
+from latentlens.training.config import TASK_DEFAULTS, TrainConfig
+from latentlens.training.run_dir import RunDirectory
+from latentlens.training.trainer import (
+    EVAL_SPLITS,
+    Trainer,
+    TrainingDiverged,
+    weight_decay_groups,
+)
+
+__all__ = [
+    "EVAL_SPLITS",
+    "TASK_DEFAULTS",
+    "ActivationRecorder",
+    "Callback",
+    "CheckpointError",
+    "RunDirectory",
+    "TrainConfig",
+    "Trainer",
+    "TrainingDiverged",
+    "list_checkpoints",
+    "load_checkpoint",
+    "weight_decay_groups",
+]

@@ -1,0 +1,106 @@
+"""Training callbacks and the built-in recorder of hooked quantities over training."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+from safetensors.torch import load_file, save
+
+from latentlens.training.checkpoint import atomic_write_bytes
+
+if TYPE_CHECKING:
+    from latentlens.training.trainer import Trainer
+
+
+class Callback:
+    """Hooks into the loop; override what you need. ``step`` counts finished steps."""
+
+    def on_step(self, trainer: Trainer, step: int, loss: torch.Tensor) -> None:
+        """After every optimisation step (``loss`` stays on the device: no host sync)."""
+
+    def on_eval(self, trainer: Trainer, step: int, records: list[dict[str, Any]]) -> None:
+        """After every evaluation, before its checkpoint is written."""
+
+    def on_end(self, trainer: Trainer) -> None:
+        """When training finishes."""
+
+    def on_resume(self, trainer: Trainer, step: int) -> None:
+        """When a run resumes from the checkpoint of ``step``."""
+
+
+def batch_mean(activation: torch.Tensor) -> torch.Tensor:
+    """Default reduction: the mean over the batch dimension."""
+    return activation.float().mean(dim=0)
+
+
+class ActivationRecorder(Callback):
+    """Record hooked quantities at every evaluation into ``tracking/{name}.safetensors``.
+
+    For each hook name, the activation on a fixed batch of ``split`` is reduced (default:
+    mean over the batch; e.g. the mean attention pattern ``[head, query, key]`` of a layer)
+    and stored with its step: tensors ``steps`` ``[n]`` and ``values`` ``[n, ...]``. On resume,
+    records after the checkpoint's step are dropped, so a resumed run's tracking equals an
+    uninterrupted one's.
+    """
+
+    def __init__(
+        self,
+        hook_names: Sequence[str],
+        split: str = "test",
+        examples: int = 256,
+        reduce: Callable[[torch.Tensor], torch.Tensor] = batch_mean,
+        seed: int = 12345,
+    ) -> None:
+        if not hook_names:
+            raise ValueError("ActivationRecorder needs at least one hook name")
+        self.hook_names = list(hook_names)
+        self.split, self.examples, self.reduce, self.seed = split, examples, reduce, seed
+        self.steps: list[int] = []
+        self.values: dict[str, list[torch.Tensor]] = {name: [] for name in self.hook_names}
+
+    @staticmethod
+    def file_name(hook_name: str) -> str:
+        return f"{hook_name}.safetensors"
+
+    def on_eval(self, trainer: Trainer, step: int, records: list[dict[str, Any]]) -> None:
+        unknown = [n for n in self.hook_names if n not in trainer.model.hook_dict]
+        if unknown:
+            raise ValueError(
+                f"ActivationRecorder: unknown hook names {unknown}; the model has "
+                f"e.g. {sorted(trainer.model.hook_dict)[:6]}"
+            )
+        generator = trainer.task.make_generator(self.seed)
+        batch = trainer.task.sample(self.examples, self.split, generator)
+        was_training = trainer.model.training
+        trainer.model.eval()
+        with torch.no_grad():
+            _, cache = trainer.model.run_with_cache(
+                batch.inputs, names_filter=lambda name: name in self.hook_names
+            )
+        trainer.model.train(was_training)
+        self.steps.append(step)
+        for name in self.hook_names:
+            self.values[name].append(self.reduce(cache[name]).cpu())
+        self.write(trainer)
+
+    def write(self, trainer: Trainer) -> None:
+        directory = trainer.run_dir.tracking
+        directory.mkdir(parents=True, exist_ok=True)
+        for name in self.hook_names:
+            tensors = {
+                "steps": torch.tensor(self.steps, dtype=torch.long),
+                "values": torch.stack(self.values[name]).contiguous(),
+            }
+            atomic_write_bytes(directory / self.file_name(name), save(tensors))
+
+    def on_resume(self, trainer: Trainer, step: int) -> None:
+        for name in self.hook_names:
+            path = trainer.run_dir.tracking / self.file_name(name)
+            if not path.is_file():
+                continue
+            stored = load_file(str(path))
+            keep = stored["steps"] <= step
+            self.steps = stored["steps"][keep].tolist()
+            self.values[name] = list(stored["values"][keep])

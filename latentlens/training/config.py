@@ -1,0 +1,83 @@
+"""The training config: the reference's defaults (reference/hyla.md section 3)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from latentlens.configs import JsonConfig, require_choice, require_positive
+
+PRECISIONS = ("fp32", "bf16")
+
+# Steps and warm-up of the reference's runs: logic 50,000 steps; SRAVEN 20M examples.
+TASK_DEFAULTS: dict[str, dict[str, int]] = {
+    "fuzzy-logic": {"steps": 50_000, "warmup_steps": 100},
+    "sraven": {"steps": 156_250, "warmup_steps": 1_000},
+}
+
+
+@dataclass(frozen=True)
+class TrainConfig(JsonConfig):
+    """AdamW with weight decay off 1-D parameters, linear warm-up then cosine decay.
+
+    The learning rate rises linearly from 0 over ``warmup_steps``, then follows a cosine
+    to ``min_lr_ratio * lr``, reached ``warmup_steps`` before the end (the official code's
+    optax schedule counts the warm-up inside its decay steps), then stays flat.
+    Evaluation and checkpoints happen every ``eval_every`` steps and at the end.
+    """
+
+    steps: int = 50_000
+    batch_size: int = 128
+    lr: float = 1e-3
+    weight_decay: float = 0.1
+    warmup_steps: int = 100
+    min_lr_ratio: float = 0.1
+    eval_every: int = 1_000
+    eval_examples: int = 1_024
+    keep_checkpoints: int = 3
+    seed: int = 2024
+    precision: str = "fp32"
+
+    def __post_init__(self) -> None:
+        owner = "TrainConfig"
+        for name in ("steps", "batch_size", "eval_every", "eval_examples", "keep_checkpoints"):
+            require_positive(owner, name, getattr(self, name))
+        if (
+            isinstance(self.warmup_steps, bool)
+            or not isinstance(self.warmup_steps, int)
+            or (self.warmup_steps < 0)
+        ):
+            raise ValueError(
+                f"{owner}.warmup_steps={self.warmup_steps!r} is invalid: it must "
+                "be a non-negative integer"
+            )
+        for name in ("lr", "weight_decay", "min_lr_ratio"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise ValueError(
+                    f"{owner}.{name}={value!r} is invalid: it must be a non-negative float"
+                )
+        if self.lr == 0:
+            raise ValueError(f"{owner}.lr=0 is invalid: nothing would be learned")
+        if self.min_lr_ratio > 1:
+            raise ValueError(
+                f"{owner}.min_lr_ratio={self.min_lr_ratio} is invalid: the decay "
+                "ends at a fraction of lr, in [0, 1]"
+            )
+        require_choice(owner, "precision", self.precision, PRECISIONS)
+
+    @classmethod
+    def for_task(cls, task: str, **overrides: Any) -> TrainConfig:
+        """The reference's steps and warm-up for ``task``, with ``overrides`` applied."""
+        return cls(**{**TASK_DEFAULTS.get(task, {}), **overrides})
+
+    def learning_rate(self, step: int) -> float:
+        """Learning rate of optimisation step ``step`` (0-based)."""
+        if step < self.warmup_steps:
+            return self.lr * step / self.warmup_steps
+        decay_end = max(self.steps - self.warmup_steps, self.warmup_steps)
+        span = decay_end - self.warmup_steps
+        progress = 1.0 if span <= 0 else min((step - self.warmup_steps) / span, 1.0)
+        cosine = 0.5 * (1.0 + math.cos(math.pi * progress))
+        return self.lr * (self.min_lr_ratio + (1.0 - self.min_lr_ratio) * cosine)

@@ -1,0 +1,63 @@
+"""The run directory (DESIGN.md): config.json, metrics.jsonl, checkpoints/, tracking/."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from latentlens.training.checkpoint import atomic_write_bytes
+
+
+class RunDirectory:
+    """Paths and file formats of one training run."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+
+    @property
+    def config_path(self) -> Path:
+        return self.path / "config.json"
+
+    @property
+    def metrics_path(self) -> Path:
+        return self.path / "metrics.jsonl"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.path / "checkpoints"
+
+    @property
+    def tracking(self) -> Path:
+        return self.path / "tracking"
+
+    def read_config(self) -> dict[str, Any]:
+        if not self.config_path.is_file():
+            raise ValueError(f"{self.path} is not a run directory: it has no config.json")
+        try:
+            return json.loads(self.config_path.read_text())
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{self.config_path} is corrupt ({err})") from None
+
+    def write_config(self, config: dict[str, Any]) -> None:
+        self.path.mkdir(parents=True, exist_ok=True)
+        text = json.dumps(config, indent=2, sort_keys=True) + "\n"
+        atomic_write_bytes(self.config_path, text.encode())
+
+    def read_metrics(self) -> list[dict[str, Any]]:
+        if not self.metrics_path.is_file():
+            return []
+        lines = self.metrics_path.read_text().splitlines()
+        return [json.loads(line) for line in lines if line.strip()]
+
+    def append_metrics(self, records: list[dict[str, Any]]) -> None:
+        with open(self.metrics_path, "a") as handle:
+            for record in records:
+                handle.write(json.dumps(record, sort_keys=True) + "\n")
+            handle.flush()
+
+    def truncate_metrics(self, last_step: int) -> None:
+        """Drop records after ``last_step`` (written after the checkpoint a resume uses)."""
+        kept = [r for r in self.read_metrics() if r["step"] <= last_step]
+        text = "".join(json.dumps(r, sort_keys=True) + "\n" for r in kept)
+        atomic_write_bytes(self.metrics_path, text.encode())

@@ -1,0 +1,276 @@
+"""The training loop: seeded data on the device, AdamW, evaluation, checkpoints, exact resume.
+
+A :class:`Trainer` owns one run directory. ``Trainer.create`` starts a run (refusing a
+directory that already holds one); ``Trainer.resume`` continues the run from its newest
+checkpoint with the model, optimiser, torch RNG and data-generator states restored, so that a
+killed and resumed run ends, on the CPU, with the same metrics and weights bit for bit as an
+uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+
+from latentlens import __version__
+from latentlens.devices import resolve_device
+from latentlens.models import DecoderTransformer, TransformerConfig
+from latentlens.tasks import TASKS, Task, make_task
+from latentlens.training.callbacks import Callback
+from latentlens.training.checkpoint import (
+    CheckpointError,
+    list_checkpoints,
+    load_checkpoint,
+    save_checkpoint,
+)
+from latentlens.training.config import TrainConfig
+from latentlens.training.run_dir import RunDirectory
+
+EVAL_SPLITS = ("train", "test", "ood")
+LOG_EVERY = 25
+
+
+class TrainingDiverged(RuntimeError):
+    """The loss became NaN or infinite."""
+
+
+def weight_decay_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
+    """AdamW groups: decay for parameters of 2 or more dims, none for 1-D ones (biases of
+    the output layers, norms), as in the official code's mask."""
+    decay = [p for p in model.parameters() if p.ndim >= 2]
+    no_decay = [p for p in model.parameters() if p.ndim < 2]
+    return [
+        {"params": decay, "weight_decay": weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
+
+
+class Trainer:
+    """Train a :class:`DecoderTransformer` on a task, writing a run directory."""
+
+    def __init__(
+        self,
+        run_dir: RunDirectory,
+        config: dict[str, Any],
+        device: str = "auto",
+        quiet: bool = False,
+        compile: bool = False,
+        callbacks: Sequence[Callback] = (),
+    ) -> None:
+        self.run_dir = run_dir
+        self.config = config
+        self.device = resolve_device(device)
+        self.quiet = quiet
+        self.callbacks = list(callbacks)
+        self.model_cfg = TransformerConfig.from_dict(config["model"])
+        self.train_cfg = TrainConfig.from_dict(config["train"])
+        self.task_name = config["task"]["name"]
+        seed = self.train_cfg.seed
+        torch.manual_seed(seed)
+        self.model = DecoderTransformer(self.model_cfg).to(self.device)
+        self.task: Task = make_task(self.task_name, config["task"]["config"], seed, self.device)
+        self.data_generator = self.task.make_generator(seed)
+        self.optimizer = torch.optim.AdamW(
+            weight_decay_groups(self.model, self.train_cfg.weight_decay),
+            lr=self.train_cfg.lr,
+            betas=(0.9, 0.999),
+            eps=1e-8,
+        )
+        if compile and self.device.type != "cuda":
+            raise ValueError("--compile is supported on CUDA only; drop it on the CPU")
+        # Hooks added after compilation are ignored: compile only the hook-free train path.
+        self.forward = torch.compile(self.model) if compile else self.model
+        self.step = 0
+
+    # ----------------------------------------------------------------- construction
+    @staticmethod
+    def resolve_config(
+        task: str,
+        model: TransformerConfig,
+        train: TrainConfig,
+        task_config: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """The fully resolved run config written to ``config.json``."""
+        if task not in TASKS:
+            raise ValueError(f"task={task!r} is unknown; choose one of {sorted(TASKS)}")
+        task_obj = make_task(task, task_config)
+        return {
+            "latentlens_version": __version__,
+            "model": model.to_dict(),
+            "task": {"name": task, "config": task_obj.config.to_dict()},
+            "task_description": task_obj.describe(),
+            "train": train.to_dict(),
+        }
+
+    @classmethod
+    def create(cls, run_dir: str | Path, config: dict[str, Any], **kwargs: Any) -> Trainer:
+        """Start a new run in ``run_dir``; refuses a directory that already holds a run."""
+        directory = RunDirectory(run_dir)
+        if directory.config_path.exists():
+            raise ValueError(
+                f"{directory.path} already holds a run (config.json); continue it with "
+                f"--resume {directory.path} or choose another --run-dir"
+            )
+        trainer = cls(directory, config, **kwargs)
+        directory.write_config(config)
+        directory.checkpoints.mkdir(parents=True, exist_ok=True)
+        directory.tracking.mkdir(parents=True, exist_ok=True)
+        return trainer
+
+    @classmethod
+    def resume(cls, run_dir: str | Path, **kwargs: Any) -> Trainer:
+        """Continue the run in ``run_dir`` from its newest checkpoint, with its stored config."""
+        directory = RunDirectory(run_dir)
+        stored = directory.read_config()
+        found = list_checkpoints(directory.checkpoints)
+        trainer = cls(directory, stored, **kwargs)
+        if not found:
+            raise CheckpointError(
+                f"{directory.checkpoints} holds no checkpoint to resume from; start a new run"
+            )
+        checkpoint = load_checkpoint(found[-1][1])
+        trainer.restore(checkpoint)
+        directory.truncate_metrics(checkpoint.step)
+        for callback in trainer.callbacks:
+            callback.on_resume(trainer, checkpoint.step)
+        return trainer
+
+    def restore(self, checkpoint: Any) -> None:
+        try:
+            self.model.load_state_dict(checkpoint.model)
+            self.optimizer.load_state_dict(checkpoint.optimizer)
+        except (RuntimeError, ValueError, KeyError) as err:
+            raise CheckpointError(
+                f"the checkpoint of step {checkpoint.step} does not fit this run's model ({err})"
+            ) from None
+        torch.set_rng_state(checkpoint.rng["torch"])
+        self.data_generator.set_state(checkpoint.rng["data"].to(torch.uint8))
+        if self.device.type == "cuda" and "cuda" in checkpoint.rng:
+            torch.cuda.set_rng_state(checkpoint.rng["cuda"], self.device)
+        self.step = checkpoint.step
+
+    # ----------------------------------------------------------------- training
+    def autocast(self) -> contextlib.AbstractContextManager:
+        if self.train_cfg.precision == "bf16":
+            return torch.autocast(self.device.type, dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    def train_step(self) -> torch.Tensor:
+        """One optimisation step; returns the loss (on the device, no host sync)."""
+        lr = self.train_cfg.learning_rate(self.step)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        batch = self.task.sample(self.train_cfg.batch_size, "train", self.data_generator)
+        with self.autocast():
+            loss = self.task.loss(self.forward(batch.inputs).float(), batch)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.optimizer.step()
+        self.step += 1
+        return loss.detach()
+
+    def train(self) -> list[dict[str, Any]]:
+        """Run to ``train.steps``; returns the last evaluation's records."""
+        cfg = self.train_cfg
+        self.model.train()
+        last_records: list[dict[str, Any]] = []
+        first_bad = torch.full((), -1, dtype=torch.long, device=self.device)
+        running, count = torch.zeros((), device=self.device), 0
+        bar = tqdm(
+            total=cfg.steps, initial=self.step, disable=self.quiet, desc="train", dynamic_ncols=True
+        )
+        with bar:
+            while self.step < cfg.steps:
+                loss = self.train_step()
+                bad = ~torch.isfinite(loss) & (first_bad < 0)
+                first_bad = torch.where(bad, torch.tensor(self.step, device=self.device), first_bad)
+                running, count = running + loss, count + 1
+                for callback in self.callbacks:
+                    callback.on_step(self, self.step, loss)
+                at_eval = self.step % cfg.eval_every == 0 or self.step == cfg.steps
+                if self.step % LOG_EVERY == 0 or at_eval:
+                    self.check_finite(first_bad)
+                    bar.set_postfix(loss=f"{running.item() / count:.4g}")
+                    running, count = torch.zeros_like(running), 0
+                bar.update(1)
+                if at_eval:
+                    last_records = self.evaluate_and_checkpoint()
+                    bar.set_postfix_str(_summary(last_records))
+        for callback in self.callbacks:
+            callback.on_end(self)
+        return last_records
+
+    def check_finite(self, first_bad: torch.Tensor) -> None:
+        bad_step = int(first_bad)
+        if bad_step < 0:
+            return
+        found = list_checkpoints(self.run_dir.checkpoints)
+        last = f"{found[-1][1]} (step {found[-1][0]})" if found else "none (no checkpoint yet)"
+        raise TrainingDiverged(
+            f"the training loss became NaN or infinite at step {bad_step}; the run stopped. "
+            f"Last good checkpoint: {last}. Lower the learning rate or use fp32, then resume "
+            "or restart."
+        )
+
+    def evaluate_and_checkpoint(self) -> list[dict[str, Any]]:
+        records = [{"step": self.step, "split": s, **self.evaluate(s)} for s in EVAL_SPLITS]
+        self.run_dir.append_metrics(records)
+        rng = {
+            "torch": torch.get_rng_state(),
+            "data": self.data_generator.get_state(),
+        }
+        if self.device.type == "cuda":
+            rng["cuda"] = torch.cuda.get_rng_state(self.device)
+        for callback in self.callbacks:
+            callback.on_eval(self, self.step, records)
+        save_checkpoint(
+            self.run_dir.checkpoints,
+            self.step,
+            self.model,
+            self.optimizer,
+            rng,
+            self.train_cfg.keep_checkpoints,
+        )
+        return records
+
+    @torch.no_grad()
+    def evaluate(self, split: str, examples: int | None = None) -> dict[str, float]:
+        """Mean loss and task metrics over a fixed evaluation set of ``split``.
+
+        The set is the same at every evaluation (its own generator, seeded from the run's
+        seed and the split), and drawing it leaves the training stream untouched.
+        """
+        cfg = self.train_cfg
+        examples = examples or cfg.eval_examples
+        generator = self.task.make_generator(cfg.seed + 1 + EVAL_SPLITS.index(split))
+        was_training = self.model.training
+        self.model.eval()
+        totals: dict[str, float] = {}
+        seen = 0
+        while seen < examples:
+            size = min(cfg.batch_size, examples - seen)
+            batch = self.task.sample(size, split, generator)
+            with self.autocast():
+                predictions = self.model(batch.inputs).float()
+            values = {
+                "loss": self.task.loss(predictions, batch),
+                **self.task.metrics(predictions, batch),
+            }
+            for name, value in values.items():
+                totals[name] = totals.get(name, 0.0) + float(value) * size
+            seen += size
+        self.model.train(was_training)
+        return {name: total / seen for name, total in totals.items()}
+
+
+def _summary(records: list[dict[str, Any]]) -> str:
+    parts = []
+    for record in records:
+        metric = next((k for k in ("r2", "accuracy") if k in record), "loss")
+        parts.append(f"{record['split']} {metric} {record[metric]:.3f}")
+    return ", ".join(parts)
