@@ -15,6 +15,14 @@ def require_positive(owner: str, name: str, value: Any) -> None:
         raise ValueError(f"{owner}.{name}={value!r} is invalid: it must be a positive integer")
 
 
+def require_non_negative(owner: str, name: str, value: Any, integer: bool = False) -> None:
+    """``value`` must be a number >= 0 (an integer with ``integer``)."""
+    kinds = (int,) if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kinds) or value < 0:
+        kind = "integer" if integer else "number"
+        raise ValueError(f"{owner}.{name}={value!r} is invalid: it must be a non-negative {kind}")
+
+
 def require_choice(owner: str, name: str, value: Any, allowed: tuple[str, ...]) -> None:
     if value not in allowed:
         raise ValueError(f"{owner}.{name}={value!r} is invalid: choose one of {list(allowed)}")

@@ -6,7 +6,12 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from latentlens.configs import JsonConfig, require_choice, require_positive
+from latentlens.configs import (
+    JsonConfig,
+    require_choice,
+    require_non_negative,
+    require_positive,
+)
 
 PRECISIONS = ("fp32", "bf16")
 
@@ -43,21 +48,9 @@ class TrainConfig(JsonConfig):
         owner = "TrainConfig"
         for name in ("steps", "batch_size", "eval_every", "eval_examples", "keep_checkpoints"):
             require_positive(owner, name, getattr(self, name))
-        if (
-            isinstance(self.warmup_steps, bool)
-            or not isinstance(self.warmup_steps, int)
-            or (self.warmup_steps < 0)
-        ):
-            raise ValueError(
-                f"{owner}.warmup_steps={self.warmup_steps!r} is invalid: it must "
-                "be a non-negative integer"
-            )
+        require_non_negative(owner, "warmup_steps", self.warmup_steps, integer=True)
         for name in ("lr", "weight_decay", "min_lr_ratio"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-                raise ValueError(
-                    f"{owner}.{name}={value!r} is invalid: it must be a non-negative float"
-                )
+            require_non_negative(owner, name, getattr(self, name))
         if self.lr == 0:
             raise ValueError(f"{owner}.lr=0 is invalid: nothing would be learned")
         if self.min_lr_ratio > 1:

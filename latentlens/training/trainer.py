@@ -188,7 +188,7 @@ class Trainer:
             while self.step < cfg.steps:
                 loss = self.train_step()
                 bad = ~torch.isfinite(loss) & (first_bad < 0)
-                first_bad = torch.where(bad, torch.tensor(self.step, device=self.device), first_bad)
+                first_bad = torch.where(bad, self.step, first_bad)
                 running, count = running + loss, count + 1
                 for callback in self.callbacks:
                     callback.on_step(self, self.step, loss)
