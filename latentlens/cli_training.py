@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from latentlens.devices import DEVICE_CHOICES
-from latentlens.models import VARIANTS, TransformerConfig
+from latentlens.models import VARIANTS
 from latentlens.tasks import TASKS
 from latentlens.training import (
     EVAL_SPLITS,
@@ -19,7 +19,9 @@ from latentlens.training import (
     TrainingDiverged,
     list_checkpoints,
     load_checkpoint,
+    model_for_task,
 )
+from latentlens.training.distributed import shutdown_distributed
 
 MODEL_FLAGS = {"d_model": int, "n_layers": int, "n_heads": int, "qk_dim": int, "v_dim": int,
                "d_mlp": int, "attention_dropout": float, "activation": str}  # fmt: skip
@@ -34,7 +36,9 @@ def add_train_parser(commands: argparse._SubParsersAction) -> None:
         help="train a model on a task into a run directory",
         description="Train a decoder-only transformer on a task. Defaults are the reference's "
         "(AdamW, warm-up + cosine, batch 128); a JSON --config file with 'model', 'task' and "
-        "'train' sections and the flags below override them, flags last.",
+        "'train' sections and the flags below override them, flags last. Under "
+        "'torchrun --nproc_per_node=N -m latentlens train ...' it trains data-parallel with "
+        "the same global batch; rank 0 writes the run directory.",
     )
     train.add_argument("--task", choices=sorted(TASKS), help="default: fuzzy-logic")
     train.add_argument("--attention", choices=sorted(VARIANTS), help="default: softmax")
@@ -88,7 +92,7 @@ def resolve_run_config(args: argparse.Namespace) -> dict[str, Any]:
     train.update({k: getattr(args, k) for k in TRAIN_FLAGS if getattr(args, k) is not None})
     return Trainer.resolve_config(
         args.task,
-        TransformerConfig.preset(args.task, **model),
+        model_for_task(args.task, sections["task"] or None, **model),
         TrainConfig.for_task(args.task, **train),
         sections["task"] or None,
     )
@@ -109,8 +113,11 @@ def run_train(args: argparse.Namespace) -> int:
         records = trainer.train()
     except TrainingDiverged as err:
         raise ValueError(str(err)) from None
-    print(f"run directory: {trainer.run_dir.path}")
-    print_table(records)
+    finally:
+        shutdown_distributed()
+    if trainer.dist.is_main:
+        print(f"run directory: {trainer.run_dir.path}")
+        print_table(records)
     return 0
 
 

@@ -82,6 +82,10 @@ class Task:
         while True:
             yield self.sample(batch_size, split, generator=generator)
 
+    def model_io(self) -> dict[str, int]:
+        """The model sizes this task fixes: ``n_ctx``, ``d_input`` and ``d_output``."""
+        raise NotImplementedError
+
     def describe(self) -> dict[str, Any]:
         """The split as JSON-ready data, so a run records exactly what it was trained on."""
         raise NotImplementedError

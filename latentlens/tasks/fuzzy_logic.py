@@ -183,6 +183,11 @@ class FuzzyLogicTask(Task):
             },
         )
 
+    def model_io(self) -> dict[str, int]:
+        """Tokens ``[x, y]`` of ``num_variables + 1`` floats, one regression output."""
+        cfg = self.config
+        return {"n_ctx": cfg.seq_len, "d_input": cfg.num_variables + 1, "d_output": 1}
+
     @staticmethod
     def loss(predictions: torch.Tensor, batch: Batch) -> torch.Tensor:
         """Squared error at the last position. ``predictions`` ``[batch, T, 1]``."""

@@ -227,6 +227,11 @@ class SRavenTask(Task):
         truth = grid[:, 2, 2, :]  # [batch, F]
         return (fits & (answers != truth[..., None])).any(-1).any(-1)
 
+    def model_io(self) -> dict[str, int]:
+        """One-hot feature values in, logits over the values out, ``9 F`` tokens."""
+        cfg = self.config
+        return {"n_ctx": cfg.seq_len, "d_input": cfg.num_values, "d_output": cfg.num_values}
+
     @staticmethod
     def loss(predictions: torch.Tensor, batch: Batch) -> torch.Tensor:
         """Cross-entropy of the last F positions, mean over features.

@@ -8,6 +8,7 @@ from latentlens.training.trainer import (
     EVAL_SPLITS,
     Trainer,
     TrainingDiverged,
+    model_for_task,
     weight_decay_groups,
 )
 
@@ -23,5 +24,6 @@ __all__ = [
     "TrainingDiverged",
     "list_checkpoints",
     "load_checkpoint",
+    "model_for_task",
     "weight_decay_groups",
 ]

@@ -83,13 +83,20 @@ def save_checkpoint(
     metadata = {
         "format": FORMAT,
         "step": str(step),
-        "param_groups": json.dumps(optim_state["param_groups"]),
+        "param_groups": json.dumps(optim_state["param_groups"], default=_tensor_to_number),
     }
     path = checkpoint_path(directory, step)
     atomic_write_bytes(path, save(tensors, metadata=metadata))
     for _, old in list_checkpoints(directory)[:-keep]:
         old.unlink()
     return path
+
+
+def _tensor_to_number(value: object) -> float:
+    """JSON for a param group's tensor hyper-parameters (the learning rate on the device)."""
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        return value.item()
+    raise TypeError(f"cannot store {type(value).__name__} in a checkpoint's param_groups")
 
 
 def load_checkpoint(path: Path) -> Checkpoint:

@@ -10,6 +10,7 @@ uninterrupted one.
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -29,14 +30,25 @@ from latentlens.training.checkpoint import (
     save_checkpoint,
 )
 from latentlens.training.config import TrainConfig
+from latentlens.training.distributed import init_distributed
 from latentlens.training.run_dir import RunDirectory
 
 EVAL_SPLITS = ("train", "test", "ood")
 LOG_EVERY = 25
+NO_BAD_STEP = 2**62
 
 
 class TrainingDiverged(RuntimeError):
     """The loss became NaN or infinite."""
+
+
+def model_for_task(
+    task: str, task_config: dict[str, Any] | None = None, **overrides: Any
+) -> TransformerConfig:
+    """The reference's model for ``task`` sized to the task's config (``n_ctx``, ``d_input``,
+    ``d_output`` from :meth:`Task.model_io`), with ``overrides`` applied."""
+    io = make_task(task, task_config).model_io()
+    return TransformerConfig.preset(task, **{**io, **overrides})
 
 
 def weight_decay_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
@@ -51,7 +63,16 @@ def weight_decay_groups(model: torch.nn.Module, weight_decay: float) -> list[dic
 
 
 class Trainer:
-    """Train a :class:`DecoderTransformer` on a task, writing a run directory."""
+    """Train a :class:`DecoderTransformer` on a task, writing a run directory.
+
+    Under ``torchrun`` the trainer joins the process group and trains data-parallel
+    (DistributedDataParallel): every rank draws the same global batch and trains on its
+    rows, rank 0 alone evaluates, runs the callbacks and writes the run directory.
+
+    The step is built to be captured in a CUDA graph: the batch is made on the device,
+    shapes are static, the learning rate is a device tensor updated in place, AdamW is
+    fused, and nothing reads a value back to the host inside the step.
+    """
 
     def __init__(
         self,
@@ -64,27 +85,39 @@ class Trainer:
     ) -> None:
         self.run_dir = run_dir
         self.config = config
-        self.device = resolve_device(device)
-        self.quiet = quiet
-        self.callbacks = list(callbacks)
+        self.dist, self.device = init_distributed(resolve_device(device))
+        self.quiet = quiet or not self.dist.is_main
+        self.callbacks = list(callbacks) if self.dist.is_main else []
         self.model_cfg = TransformerConfig.from_dict(config["model"])
         self.train_cfg = TrainConfig.from_dict(config["train"])
         self.task_name = config["task"]["name"]
+        if self.train_cfg.batch_size % self.dist.world_size:
+            raise ValueError(
+                f"train.batch_size={self.train_cfg.batch_size} cannot be split over "
+                f"{self.dist.world_size} processes; use a multiple of {self.dist.world_size}"
+            )
         seed = self.train_cfg.seed
         torch.manual_seed(seed)
         self.model = DecoderTransformer(self.model_cfg).to(self.device)
+        if self.dist.rank > 0:
+            torch.manual_seed(seed + self.dist.rank)  # own dropout masks per rank
         self.task: Task = make_task(self.task_name, config["task"]["config"], seed, self.device)
         self.data_generator = self.task.make_generator(seed)
+        self.lr = torch.tensor(self.train_cfg.lr, device=self.device)
         self.optimizer = torch.optim.AdamW(
             weight_decay_groups(self.model, self.train_cfg.weight_decay),
-            lr=self.train_cfg.lr,
+            lr=self.lr,
             betas=(0.9, 0.999),
             eps=1e-8,
+            fused=True,
         )
         if compile and self.device.type != "cuda":
             raise ValueError("--compile is supported on CUDA only; drop it on the CPU")
+        trained: torch.nn.Module = self.model
+        if self.dist.enabled:
+            trained = torch.nn.parallel.DistributedDataParallel(self.model)
         # Hooks added after compilation are ignored: compile only the hook-free train path.
-        self.forward = torch.compile(self.model) if compile else self.model
+        self.forward = torch.compile(trained) if compile else trained
         self.step = 0
 
     # ----------------------------------------------------------------- construction
@@ -99,6 +132,19 @@ class Trainer:
         if task not in TASKS:
             raise ValueError(f"task={task!r} is unknown; choose one of {sorted(TASKS)}")
         task_obj = make_task(task, task_config)
+        mismatched = {
+            key: (getattr(model, key), value)
+            for key, value in task_obj.model_io().items()
+            if getattr(model, key) != value
+        }
+        if mismatched:
+            detail = ", ".join(
+                f"model.{k}={m} but the task needs {t}" for k, (m, t) in mismatched.items()
+            )
+            raise ValueError(
+                f"the model does not fit the task {task!r}: {detail}; build the model with "
+                "model_for_task() or drop these overrides"
+            )
         return {
             "latentlens_version": __version__,
             "model": model.to_dict(),
@@ -111,15 +157,18 @@ class Trainer:
     def create(cls, run_dir: str | Path, config: dict[str, Any], **kwargs: Any) -> Trainer:
         """Start a new run in ``run_dir``; refuses a directory that already holds a run."""
         directory = RunDirectory(run_dir)
-        if directory.config_path.exists():
+        taken = directory.config_path.exists()
+        trainer = cls(directory, config, **kwargs)
+        if any(trainer.dist.gather(taken)):
             raise ValueError(
                 f"{directory.path} already holds a run (config.json); continue it with "
                 f"--resume {directory.path} or choose another --run-dir"
             )
-        trainer = cls(directory, config, **kwargs)
-        directory.write_config(config)
-        directory.checkpoints.mkdir(parents=True, exist_ok=True)
-        directory.tracking.mkdir(parents=True, exist_ok=True)
+        if trainer.dist.is_main:
+            directory.write_config(config)
+            directory.checkpoints.mkdir(parents=True, exist_ok=True)
+            directory.tracking.mkdir(parents=True, exist_ok=True)
+        trainer.dist.barrier()
         return trainer
 
     @classmethod
@@ -135,7 +184,8 @@ class Trainer:
             )
         checkpoint = load_checkpoint(found[-1][1])
         trainer.restore(checkpoint)
-        directory.truncate_metrics(checkpoint.step)
+        if trainer.dist.is_main:
+            directory.truncate_metrics(checkpoint.step)
         for callback in trainer.callbacks:
             callback.on_resume(trainer, checkpoint.step)
         return trainer
@@ -148,10 +198,22 @@ class Trainer:
             raise CheckpointError(
                 f"the checkpoint of step {checkpoint.step} does not fit this run's model ({err})"
             ) from None
-        torch.set_rng_state(checkpoint.rng["torch"])
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.lr
         self.data_generator.set_state(checkpoint.rng["data"].to(torch.uint8))
-        if self.device.type == "cuda" and "cuda" in checkpoint.rng:
-            torch.cuda.set_rng_state(checkpoint.rng["cuda"], self.device)
+        suffix = f"@{self.dist.rank}" if self.dist.rank else ""
+        if "torch" + suffix in checkpoint.rng:
+            torch.set_rng_state(checkpoint.rng["torch" + suffix])
+        else:
+            warnings.warn(
+                f"the checkpoint of step {checkpoint.step} has no RNG state for rank "
+                f"{self.dist.rank} (it was written by fewer processes); this rank's dropout "
+                "masks are reseeded, so the resumed run is not bit-exact",
+                stacklevel=2,
+            )
+            torch.manual_seed(self.train_cfg.seed + self.dist.rank + checkpoint.step)
+        if self.device.type == "cuda" and "cuda" + suffix in checkpoint.rng:
+            torch.cuda.set_rng_state(checkpoint.rng["cuda" + suffix], self.device)
         self.step = checkpoint.step
 
     # ----------------------------------------------------------------- training
@@ -161,11 +223,10 @@ class Trainer:
         return contextlib.nullcontext()
 
     def train_step(self) -> torch.Tensor:
-        """One optimisation step; returns the loss (on the device, no host sync)."""
-        lr = self.train_cfg.learning_rate(self.step)
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
+        """One optimisation step; returns this rank's loss (on the device, no host sync)."""
+        self.lr.fill_(self.train_cfg.learning_rate(self.step))
         batch = self.task.sample(self.train_cfg.batch_size, "train", self.data_generator)
+        batch = self.dist.rows(batch)
         with self.autocast():
             loss = self.task.loss(self.forward(batch.inputs).float(), batch)
         self.optimizer.zero_grad(set_to_none=True)
@@ -179,7 +240,7 @@ class Trainer:
         cfg = self.train_cfg
         self.model.train()
         last_records: list[dict[str, Any]] = []
-        first_bad = torch.full((), -1, dtype=torch.long, device=self.device)
+        first_bad = torch.full((), NO_BAD_STEP, dtype=torch.long, device=self.device)
         running, count = torch.zeros((), device=self.device), 0
         bar = tqdm(
             total=cfg.steps, initial=self.step, disable=self.quiet, desc="train", dynamic_ncols=True
@@ -187,7 +248,7 @@ class Trainer:
         with bar:
             while self.step < cfg.steps:
                 loss = self.train_step()
-                bad = ~torch.isfinite(loss) & (first_bad < 0)
+                bad = ~torch.isfinite(loss) & (first_bad == NO_BAD_STEP)
                 first_bad = torch.where(bad, self.step, first_bad)
                 running, count = running + loss, count + 1
                 for callback in self.callbacks:
@@ -195,7 +256,7 @@ class Trainer:
                 at_eval = self.step % cfg.eval_every == 0 or self.step == cfg.steps
                 if self.step % LOG_EVERY == 0 or at_eval:
                     self.check_finite(first_bad)
-                    bar.set_postfix(loss=f"{running.item() / count:.4g}")
+                    bar.set_postfix(loss=f"{self.dist.mean(running).item() / count:.4g}")
                     running, count = torch.zeros_like(running), 0
                 bar.update(1)
                 if at_eval:
@@ -206,8 +267,8 @@ class Trainer:
         return last_records
 
     def check_finite(self, first_bad: torch.Tensor) -> None:
-        bad_step = int(first_bad)
-        if bad_step < 0:
+        bad_step = int(self.dist.minimum(first_bad))
+        if bad_step == NO_BAD_STEP:
             return
         found = list_checkpoints(self.run_dir.checkpoints)
         last = f"{found[-1][1]} (step {found[-1][0]})" if found else "none (no checkpoint yet)"
@@ -218,14 +279,18 @@ class Trainer:
         )
 
     def evaluate_and_checkpoint(self) -> list[dict[str, Any]]:
+        """Evaluate, log and checkpoint (rank 0; the other ranks only send RNG states)."""
+        own = {"torch": torch.get_rng_state()}
+        if self.device.type == "cuda":
+            own["cuda"] = torch.cuda.get_rng_state(self.device)
+        every_rank = self.dist.gather(own)
+        if not self.dist.is_main:
+            return []
         records = [{"step": self.step, "split": s, **self.evaluate(s)} for s in EVAL_SPLITS]
         self.run_dir.append_metrics(records)
-        rng = {
-            "torch": torch.get_rng_state(),
-            "data": self.data_generator.get_state(),
-        }
-        if self.device.type == "cuda":
-            rng["cuda"] = torch.cuda.get_rng_state(self.device)
+        rng = {"data": self.data_generator.get_state()}
+        for rank, states in enumerate(every_rank):
+            rng.update({key + (f"@{rank}" if rank else ""): v for key, v in states.items()})
         for callback in self.callbacks:
             callback.on_eval(self, self.step, records)
         save_checkpoint(

@@ -24,6 +24,7 @@ from latentlens.training import (
     Trainer,
     TrainingDiverged,
     list_checkpoints,
+    model_for_task,
     weight_decay_groups,
 )
 
@@ -78,6 +79,59 @@ def test_fuzzy_logic_model_learns(tmp_path: Path) -> None:
     # seeded: a fresh model is worse than predicting the mean (R² < 0); 600 steps reach ~0.33
     assert before < 0.0
     assert after > 0.2
+
+
+def test_sraven_model_learns_below_chance(tmp_path: Path) -> None:
+    task = {"num_features": 2, "num_values": 4}
+    config = Trainer.resolve_config(
+        "sraven",
+        model_for_task(
+            "sraven",
+            task,
+            d_model=64,
+            n_heads=4,
+            qk_dim=16,
+            v_dim=16,
+            d_mlp=128,
+            attention_dropout=0.0,
+        ),  # fmt: skip
+        TrainConfig.for_task(
+            "sraven",
+            steps=1000,
+            eval_every=1000,
+            batch_size=64,
+            warmup_steps=20,
+            eval_examples=512,
+            lr=3e-3,
+        ),
+        task,
+    )
+    records = Trainer.create(tmp_path / "run", config, quiet=True).train()
+    train = next(r for r in records if r["split"] == "train")
+    chance = math.log(4)  # uniform logits over 4 values
+    # seeded: 1000 steps reach a loss of ~1.16 (0.84 of chance) and ~46% of features right
+    assert train["loss"] < 0.9 * chance
+    assert train["feature_accuracy"] > 0.35  # chance 0.25
+
+
+def test_model_for_task_sizes_the_model_to_the_task_config() -> None:
+    task = {"num_features": 2, "num_values": 4}
+    cfg = model_for_task("sraven", task, d_model=64)
+    assert (cfg.n_ctx, cfg.d_input, cfg.d_output, cfg.d_model) == (18, 4, 4, 64)
+    with pytest.raises(ValueError, match="model.n_ctx=36 but the task needs 18"):
+        Trainer.resolve_config("sraven", model_for_task("sraven"), TrainConfig(), task)
+
+
+def test_bf16_autocast_trains_and_keeps_fp32_weights(tmp_path: Path) -> None:
+    """bf16 runs the matmuls in bfloat16 (CPU autocast here, CUDA the same code path)."""
+    trainer = Trainer.create(tmp_path / "run", tiny_config(steps=40, precision="bf16"), quiet=True)
+    with trainer.autocast():
+        assert trainer.model(trainer.task.sample(2).inputs).dtype == torch.bfloat16
+    before = trainer.evaluate("train")["loss"]
+    records = trainer.train()
+    after = next(r for r in records if r["split"] == "train")["loss"]
+    assert all(p.dtype == torch.float32 for p in trainer.model.parameters())
+    assert math.isfinite(after) and after < 0.8 * before
 
 
 def test_schedule_warms_up_then_decays_to_a_tenth() -> None:
