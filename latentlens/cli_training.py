@@ -8,10 +8,11 @@ from pathlib import Path
 from typing import Any
 
 from latentlens.devices import DEVICE_CHOICES
-from latentlens.models import VARIANTS
-from latentlens.tasks import TASKS
+from latentlens.models import MODEL_ALIASES, MODEL_KINDS, VARIANTS, resolve_model_kind
+from latentlens.probes import LatentDecodingTracker
+from latentlens.tasks import SUPPORTS, TASKS
 from latentlens.training import (
-    EVAL_SPLITS,
+    Callback,
     CheckpointError,
     RunDirectory,
     TrainConfig,
@@ -27,21 +28,33 @@ MODEL_FLAGS = {"d_model": int, "n_layers": int, "n_heads": int, "qk_dim": int, "
                "d_mlp": int, "attention_dropout": float, "activation": str}  # fmt: skip
 TRAIN_FLAGS = {"steps": int, "batch_size": int, "lr": float, "weight_decay": float,
                "warmup_steps": int, "eval_every": int, "eval_examples": int, "seed": int,
-               "precision": str, "keep_checkpoints": int}  # fmt: skip
+               "precision": str, "keep_checkpoints": int, "grad_clip": float}  # fmt: skip
+TASK_FLAGS = {"support": str}
 
 
 def add_train_parser(commands: argparse._SubParsersAction) -> None:
     train = commands.add_parser(
         "train",
         help="train a model on a task into a run directory",
-        description="Train a decoder-only transformer on a task. Defaults are the reference's "
-        "(AdamW, warm-up + cosine, batch 128); a JSON --config file with 'model', 'task' and "
+        description="Train a model on a task. Defaults are the reference's for the task and "
+        "model (AdamW, warm-up + cosine, batch 128); a JSON --config file with 'model', 'task' and "
         "'train' sections and the flags below override them, flags last. Under "
         "'torchrun --nproc_per_node=N -m latentlens train ...' it trains data-parallel with "
         "the same global batch; rank 0 writes the run directory.",
     )
     train.add_argument("--task", choices=sorted(TASKS), help="default: fuzzy-logic")
     train.add_argument("--attention", choices=sorted(VARIANTS), help="default: softmax")
+    train.add_argument(
+        "--model",
+        choices=sorted([*MODEL_KINDS, *MODEL_ALIASES]),
+        help="model kind (default: transformer; vanilla is the same)",
+    )
+    train.add_argument(
+        "--support",
+        choices=[s for s in SUPPORTS if s != "custom"],
+        help="modular-icl: the training support (default: connected-plus); custom mask sets "
+        "go in the --config file's task section",
+    )
     train.add_argument("--run-dir", help="run directory (default: runs/TASK-ATTENTION-sSEED)")
     train.add_argument(
         "--resume",
@@ -62,7 +75,7 @@ def add_eval_parser(commands: argparse._SubParsersAction) -> None:
     evaluate = commands.add_parser("eval", help="print the metrics of a trained run")
     evaluate.add_argument("run_dir", type=Path)
     evaluate.add_argument(
-        "--split", choices=EVAL_SPLITS, action="append", help="split(s) to evaluate (default: all)"
+        "--split", action="append", help="split(s) to evaluate (default: the task's eval splits)"
     )
     evaluate.add_argument("--checkpoint", type=int, help="step (default: the newest)")
     evaluate.add_argument(
@@ -90,25 +103,40 @@ def resolve_run_config(args: argparse.Namespace) -> dict[str, Any]:
     model.update({k: getattr(args, k) for k in MODEL_FLAGS if getattr(args, k) is not None})
     train = {**sections["train"]}
     train.update({k: getattr(args, k) for k in TRAIN_FLAGS if getattr(args, k) is not None})
+    task = {**sections["task"]}
+    task.update({k: getattr(args, k) for k in TASK_FLAGS if getattr(args, k) is not None})
     return Trainer.resolve_config(
         args.task,
-        model_for_task(args.task, sections["task"] or None, **model),
-        TrainConfig.for_task(args.task, **train),
-        sections["task"] or None,
+        model_for_task(args.task, task or None, args.model, **model),
+        TrainConfig.for_task(args.task, args.model, **train),
+        task or None,
     )
 
 
+def default_callbacks(config: dict[str, Any]) -> list[Callback]:
+    """What a task records over training: modular-icl decodes z from every layer
+    (fit in-distribution, R² out-of-distribution) at each evaluation."""
+    if config["task"]["name"] == "modular-icl":
+        return [LatentDecodingTracker(examples=config["train"]["eval_examples"])]
+    return []
+
+
 def run_train(args: argparse.Namespace) -> int:
-    runtime = dict(device=args.device, quiet=args.quiet, compile=args.compile)
+    runtime: dict[str, Any] = dict(device=args.device, quiet=args.quiet, compile=args.compile)
     try:
         if args.resume:
-            check_resume_flags(args, RunDirectory(args.resume).read_config())
+            stored = RunDirectory(args.resume).read_config()
+            check_resume_flags(args, stored)
+            runtime["callbacks"] = default_callbacks(stored)
             trainer = Trainer.resume(args.resume, **runtime)
         else:
             args.task, args.attention = args.task or "fuzzy-logic", args.attention or "softmax"
+            args.model = resolve_model_kind(args.model or "transformer")
             config = resolve_run_config(args)
             seed = config["train"]["seed"]
-            run_dir = args.run_dir or f"runs/{args.task}-{args.attention}-s{seed}"
+            kind = "" if args.model == "transformer" else f"{args.model}-"
+            run_dir = args.run_dir or f"runs/{args.task}-{kind}{args.attention}-s{seed}"
+            runtime["callbacks"] = default_callbacks(config)
             trainer = Trainer.create(run_dir, config, **runtime)
         records = trainer.train()
     except TrainingDiverged as err:
@@ -128,12 +156,21 @@ def check_resume_flags(args: argparse.Namespace, stored: dict[str, Any]) -> None
             "--config cannot be combined with --resume: the run's config.json is the config"
         )
     given = {("task", "name"): args.task, ("model", "attention"): args.attention}
+    if args.model is not None:
+        stored_kind = stored.get("model_kind", "transformer")
+        if resolve_model_kind(args.model) != stored_kind:
+            raise ValueError(
+                f"the run in {args.resume} is a {stored_kind!r} model, not {args.model!r}; "
+                "resume without --model, or start a new run"
+            )
+    given.update({("task_config", k): getattr(args, k) for k in TASK_FLAGS})
     given.update({("model", k): getattr(args, k) for k in MODEL_FLAGS})
     given.update({("train", k): getattr(args, k) for k in TRAIN_FLAGS})
+    sections = {**stored, "task_config": stored["task"]["config"]}
     differ = [
-        f"{section}.{key}={value!r} (the run has {stored[section].get(key)!r})"
+        f"{section}.{key}={value!r} (the run has {sections[section].get(key)!r})"
         for (section, key), value in given.items()
-        if value is not None and stored[section].get(key) != value
+        if value is not None and sections[section].get(key) != value
     ]
     if differ:
         raise ValueError(
@@ -155,7 +192,9 @@ def run_eval(args: argparse.Namespace) -> int:
         )
     trainer = Trainer(directory, config, device=args.device, quiet=True)
     trainer.restore(load_checkpoint(found[step]))
-    splits = args.split or list(EVAL_SPLITS)
+    splits = args.split or list(trainer.task.eval_splits)
+    for split in splits:
+        trainer.task.check_split(split)
     records = [{"step": step, "split": s, **trainer.evaluate(s, args.examples)} for s in splits]
     print(f"run {directory.path}, checkpoint step {step}")
     print_table(records)

@@ -12,11 +12,20 @@ from latentlens.models.config import (
     resolve_variant,
 )
 from latentlens.models.hooked import HookedModel
+from latentlens.models.hypernetwork import HypernetworkConfig, HypernetworkTransformer
 from latentlens.models.latent import latent_codes, pattern_hook_name
 from latentlens.models.position import (
     RelativePositionBias,
     relative_position_buckets,
     sinusoidal_encoding,
+)
+from latentlens.models.registry import (
+    MODEL_ALIASES,
+    MODEL_KINDS,
+    build_model,
+    model_config,
+    model_preset,
+    resolve_model_kind,
 )
 from latentlens.models.transformer import MLP, DecoderTransformer, TransformerBlock
 
@@ -24,6 +33,8 @@ __all__ = [
     "ACTIVATIONS",
     "ACTIVATION_FUNCTIONS",
     "MLP",
+    "MODEL_ALIASES",
+    "MODEL_KINDS",
     "NORMALIZATIONS",
     "VALUE_NETWORKS",
     "VARIANTS",
@@ -32,12 +43,18 @@ __all__ = [
     "AttentionVariant",
     "DecoderTransformer",
     "HookedModel",
+    "HypernetworkConfig",
+    "HypernetworkTransformer",
     "RelativePositionBias",
     "TransformerBlock",
     "TransformerConfig",
+    "build_model",
     "latent_codes",
+    "model_config",
+    "model_preset",
     "pattern_hook_name",
     "relative_position_buckets",
+    "resolve_model_kind",
     "resolve_variant",
     "sinusoidal_encoding",
 ]

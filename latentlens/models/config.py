@@ -184,7 +184,9 @@ class TransformerConfig(JsonConfig):
     sequence the model accepts; with relative positions it is also the number of buckets
     and the maximum distance (the official default). ``attention`` names a variant of
     :data:`VARIANTS`; ``activation`` overrides the value-network nonlinearity of the
-    mlp variants (the rebuttal's nonlinearity ablation).
+    mlp variants (the rebuttal's nonlinearity ablation). ``bidirectional_position`` gives
+    keys after the query their own relative-position buckets (for models without a causal
+    mask whose positions matter both ways; the official fuzzy-logic code shares one bucket).
     """
 
     n_ctx: int
@@ -201,6 +203,7 @@ class TransformerConfig(JsonConfig):
     activation: str | None = None
     causal: bool = False
     relative_position: bool = True
+    bidirectional_position: bool = False
     absolute_position: bool = False
     attention_dropout: float = 0.1
     ln_eps: float = 1e-6
@@ -249,6 +252,7 @@ class TransformerConfig(JsonConfig):
             activation=self.activation,
             causal=self.causal,
             relative_position=self.relative_position,
+            bidirectional_position=self.bidirectional_position,
             num_buckets=self.n_ctx,
             max_distance=self.n_ctx,
             dropout=self.attention_dropout,
@@ -256,7 +260,8 @@ class TransformerConfig(JsonConfig):
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> TransformerConfig:
-        """The reference's default model for a task: ``fuzzy-logic`` or ``sraven``.
+        """The reference's default model for a task: ``fuzzy-logic``, ``sraven`` or
+        ``modular-icl`` (the vanilla transformer of reference/icl_hyperteacher.md).
 
         Parameter counts at the defaults: fuzzy logic 151,009; SRAVEN 402,824.
         """
@@ -268,6 +273,12 @@ class TransformerConfig(JsonConfig):
             "sraven": dict(
                 n_ctx=36, d_input=8, d_output=8, d_model=128, n_layers=4, n_heads=16,
                 qk_dim=64, v_dim=64, d_mlp=256,
+            ),
+            # reference/icl_hyperteacher.md Table 3: the vanilla baseline, no attention mask
+            "modular-icl": dict(
+                n_ctx=32, d_input=17, d_output=1, d_model=128, n_layers=2, n_heads=4,
+                qk_dim=128, v_dim=128, d_mlp=512, bidirectional_position=True,
+                attention_dropout=0.0,
             ),
         }  # fmt: skip
         if name not in presets:

@@ -12,11 +12,15 @@ from torch import nn
 _TRUNCATED_STD = 0.87962566103423978
 
 
-def truncated_normal_(tensor: torch.Tensor, std: float) -> torch.Tensor:
+def truncated_normal_(
+    tensor: torch.Tensor, std: float, generator: torch.Generator | None = None
+) -> torch.Tensor:
     """Fill with a normal truncated at two standard deviations, variance ``std**2``."""
     scaled = std / _TRUNCATED_STD
     with torch.no_grad():
-        return nn.init.trunc_normal_(tensor, mean=0.0, std=scaled, a=-2 * scaled, b=2 * scaled)
+        return nn.init.trunc_normal_(
+            tensor, mean=0.0, std=scaled, a=-2 * scaled, b=2 * scaled, generator=generator
+        )
 
 
 def lecun_normal_(tensor: torch.Tensor, fan_in: int) -> torch.Tensor:

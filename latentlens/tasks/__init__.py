@@ -8,11 +8,21 @@ import torch
 
 from latentlens.tasks.base import Batch, Task
 from latentlens.tasks.fuzzy_logic import FuzzyLogicConfig, FuzzyLogicTask, fuzzy_dnf, term_bits
+from latentlens.tasks.modular_icl import (
+    SUPPORTS,
+    ModularICLConfig,
+    ModularICLTask,
+    is_compositional,
+    is_connected,
+    support_masks,
+    two_hot_masks,
+)
 from latentlens.tasks.sraven import RULE_NAMES, SRavenConfig, SRavenTask, rule_answers
 
 TASKS: dict[str, tuple[type[Task], type]] = {
     "fuzzy-logic": (FuzzyLogicTask, FuzzyLogicConfig),
     "sraven": (SRavenTask, SRavenConfig),
+    "modular-icl": (ModularICLTask, ModularICLConfig),
 }
 
 
@@ -31,15 +41,22 @@ def make_task(
 
 __all__ = [
     "RULE_NAMES",
+    "SUPPORTS",
     "TASKS",
     "Batch",
     "FuzzyLogicConfig",
     "FuzzyLogicTask",
+    "ModularICLConfig",
+    "ModularICLTask",
     "SRavenConfig",
     "SRavenTask",
     "Task",
     "fuzzy_dnf",
+    "is_compositional",
+    "is_connected",
     "make_task",
     "rule_answers",
+    "support_masks",
     "term_bits",
+    "two_hot_masks",
 ]

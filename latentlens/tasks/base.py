@@ -82,6 +82,30 @@ class Task:
         while True:
             yield self.sample(batch_size, split, generator=generator)
 
+    @property
+    def eval_splits(self) -> tuple[str, ...]:
+        """The splits a trainer evaluates, in order (default: every split)."""
+        return self.splits
+
+    def loss(self, predictions: torch.Tensor, batch: Batch) -> torch.Tensor:
+        """The training loss (a scalar) of ``predictions`` ``[batch, pos, d_output]``."""
+        raise NotImplementedError
+
+    def metrics(self, predictions: torch.Tensor, batch: Batch) -> dict[str, torch.Tensor]:
+        """The task's metrics on one batch (scalars)."""
+        raise NotImplementedError
+
+    def metric_sums(self, predictions: torch.Tensor, batch: Batch) -> dict[str, torch.Tensor]:
+        """Sums over a batch that :meth:`finish_metrics` turns into the metrics of a whole
+        evaluation set. Default: each batch metric times the batch size (a mean of means)."""
+        size = len(batch)
+        return {name: value * size for name, value in self.metrics(predictions, batch).items()}
+
+    def finish_metrics(self, sums: dict[str, float], count: int) -> dict[str, float]:
+        """The metrics of an evaluation set of ``count`` examples from the summed
+        :meth:`metric_sums` of its batches."""
+        return {name: total / count for name, total in sums.items()}
+
     def model_io(self) -> dict[str, int]:
         """The model sizes this task fixes: ``n_ctx``, ``d_input`` and ``d_output``."""
         raise NotImplementedError

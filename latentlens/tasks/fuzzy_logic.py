@@ -145,6 +145,11 @@ class FuzzyLogicTask(Task):
         self._fixed_context = self._fixed_context.to(self.device)
         self._fixed_query = self._fixed_query.to(self.device)
 
+    @property
+    def eval_splits(self) -> tuple[str, ...]:
+        """Every split, without ``ood`` when ``frac_ood_conj=0`` holds out no term."""
+        return self.splits if len(self.combinations["ood"]) else ("train", "test")
+
     def sample(
         self,
         batch_size: int,

@@ -2,10 +2,9 @@
 
 from latentlens.training.callbacks import ActivationRecorder, Callback
 from latentlens.training.checkpoint import CheckpointError, list_checkpoints, load_checkpoint
-from latentlens.training.config import TASK_DEFAULTS, TrainConfig
+from latentlens.training.config import MODEL_DEFAULTS, TASK_DEFAULTS, TrainConfig
 from latentlens.training.run_dir import RunDirectory
 from latentlens.training.trainer import (
-    EVAL_SPLITS,
     Trainer,
     TrainingDiverged,
     model_for_task,
@@ -13,7 +12,7 @@ from latentlens.training.trainer import (
 )
 
 __all__ = [
-    "EVAL_SPLITS",
+    "MODEL_DEFAULTS",
     "TASK_DEFAULTS",
     "ActivationRecorder",
     "Callback",

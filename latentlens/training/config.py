@@ -15,10 +15,21 @@ from latentlens.configs import (
 
 PRECISIONS = ("fp32", "bf16")
 
-# Steps and warm-up of the reference's runs: logic 50,000 steps; SRAVEN 20M examples.
-TASK_DEFAULTS: dict[str, dict[str, int]] = {
+# The reference's runs: logic 50,000 steps; SRAVEN 20M examples; modular ICL 100,000 steps
+# with gradient clipping at norm 1 and R² over 16,000 sequences (its warm-up is ours).
+TASK_DEFAULTS: dict[str, dict[str, Any]] = {
     "fuzzy-logic": {"steps": 50_000, "warmup_steps": 100},
     "sraven": {"steps": 156_250, "warmup_steps": 1_000},
+    "modular-icl": {
+        "steps": 100_000,
+        "warmup_steps": 1_000,
+        "grad_clip": 1.0,
+        "eval_examples": 16_000,
+    },
+}
+# Per task and model kind: the hypernetwork transformer trains without weight decay.
+MODEL_DEFAULTS: dict[tuple[str, str], dict[str, Any]] = {
+    ("modular-icl", "hypernetwork"): {"weight_decay": 0.0},
 }
 
 
@@ -30,6 +41,7 @@ class TrainConfig(JsonConfig):
     to ``min_lr_ratio * lr``, reached ``warmup_steps`` before the end (the official code's
     optax schedule counts the warm-up inside its decay steps), then stays flat.
     Evaluation and checkpoints happen every ``eval_every`` steps and at the end.
+    ``grad_clip`` > 0 clips the global gradient norm to it (0: no clipping).
     """
 
     steps: int = 50_000
@@ -43,13 +55,14 @@ class TrainConfig(JsonConfig):
     keep_checkpoints: int = 3
     seed: int = 2024
     precision: str = "fp32"
+    grad_clip: float = 0.0
 
     def __post_init__(self) -> None:
         owner = "TrainConfig"
         for name in ("steps", "batch_size", "eval_every", "eval_examples", "keep_checkpoints"):
             require_positive(owner, name, getattr(self, name))
         require_non_negative(owner, "warmup_steps", self.warmup_steps, integer=True)
-        for name in ("lr", "weight_decay", "min_lr_ratio"):
+        for name in ("lr", "weight_decay", "min_lr_ratio", "grad_clip"):
             require_non_negative(owner, name, getattr(self, name))
         if self.lr == 0:
             raise ValueError(f"{owner}.lr=0 is invalid: nothing would be learned")
@@ -61,9 +74,11 @@ class TrainConfig(JsonConfig):
         require_choice(owner, "precision", self.precision, PRECISIONS)
 
     @classmethod
-    def for_task(cls, task: str, **overrides: Any) -> TrainConfig:
-        """The reference's steps and warm-up for ``task``, with ``overrides`` applied."""
-        return cls(**{**TASK_DEFAULTS.get(task, {}), **overrides})
+    def for_task(cls, task: str, model: str = "transformer", **overrides: Any) -> TrainConfig:
+        """The reference's training defaults for ``task`` and model kind ``model``, with
+        ``overrides`` applied."""
+        defaults = {**TASK_DEFAULTS.get(task, {}), **MODEL_DEFAULTS.get((task, model), {})}
+        return cls(**{**defaults, **overrides})
 
     def learning_rate(self, step: int) -> float:
         """Learning rate of optimisation step ``step`` (0-based)."""

@@ -9,6 +9,35 @@ from typing import Any
 from latentlens.training.checkpoint import atomic_write_bytes
 
 
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """The records of a JSON-lines file (none when it does not exist)."""
+    if not path.is_file():
+        return []
+    records = []
+    for number, line in enumerate(path.read_text().splitlines(), start=1):
+        if line.strip():
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{path} line {number} is corrupt ({err})") from None
+    return records
+
+
+def append_jsonl(path: Path, records: list[dict[str, Any]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as handle:
+        for record in records:
+            handle.write(json.dumps(record, sort_keys=True) + "\n")
+        handle.flush()
+
+
+def truncate_jsonl(path: Path, last_step: int) -> None:
+    """Drop the records of steps after ``last_step`` (atomically)."""
+    kept = [r for r in read_jsonl(path) if r["step"] <= last_step]
+    text = "".join(json.dumps(r, sort_keys=True) + "\n" for r in kept)
+    atomic_write_bytes(path, text.encode())
+
+
 class RunDirectory:
     """Paths and file formats of one training run."""
 
@@ -45,19 +74,11 @@ class RunDirectory:
         atomic_write_bytes(self.config_path, text.encode())
 
     def read_metrics(self) -> list[dict[str, Any]]:
-        if not self.metrics_path.is_file():
-            return []
-        lines = self.metrics_path.read_text().splitlines()
-        return [json.loads(line) for line in lines if line.strip()]
+        return read_jsonl(self.metrics_path)
 
     def append_metrics(self, records: list[dict[str, Any]]) -> None:
-        with open(self.metrics_path, "a") as handle:
-            for record in records:
-                handle.write(json.dumps(record, sort_keys=True) + "\n")
-            handle.flush()
+        append_jsonl(self.metrics_path, records)
 
     def truncate_metrics(self, last_step: int) -> None:
         """Drop records after ``last_step`` (written after the checkpoint a resume uses)."""
-        kept = [r for r in self.read_metrics() if r["step"] <= last_step]
-        text = "".join(json.dumps(r, sort_keys=True) + "\n" for r in kept)
-        atomic_write_bytes(self.metrics_path, text.encode())
+        truncate_jsonl(self.metrics_path, last_step)

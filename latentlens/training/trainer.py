@@ -20,7 +20,14 @@ from tqdm.auto import tqdm
 
 from latentlens import __version__
 from latentlens.devices import resolve_device
-from latentlens.models import DecoderTransformer, TransformerConfig
+from latentlens.models import (
+    MODEL_KINDS,
+    HookedModel,
+    build_model,
+    model_config,
+    model_preset,
+    resolve_model_kind,
+)
 from latentlens.tasks import TASKS, Task, make_task
 from latentlens.training.callbacks import Callback
 from latentlens.training.checkpoint import (
@@ -33,7 +40,6 @@ from latentlens.training.config import TrainConfig
 from latentlens.training.distributed import init_distributed
 from latentlens.training.run_dir import RunDirectory
 
-EVAL_SPLITS = ("train", "test", "ood")
 LOG_EVERY = 25
 NO_BAD_STEP = 2**62
 
@@ -43,12 +49,15 @@ class TrainingDiverged(RuntimeError):
 
 
 def model_for_task(
-    task: str, task_config: dict[str, Any] | None = None, **overrides: Any
-) -> TransformerConfig:
-    """The reference's model for ``task`` sized to the task's config (``n_ctx``, ``d_input``,
-    ``d_output`` from :meth:`Task.model_io`), with ``overrides`` applied."""
+    task: str,
+    task_config: dict[str, Any] | None = None,
+    model: str = "transformer",
+    **overrides: Any,
+) -> Any:
+    """The reference's model of kind ``model`` for ``task``, sized to the task's config
+    (``n_ctx``, ``d_input``, ``d_output`` from :meth:`Task.model_io`), with ``overrides``."""
     io = make_task(task, task_config).model_io()
-    return TransformerConfig.preset(task, **{**io, **overrides})
+    return model_preset(model, task, **{**io, **overrides})
 
 
 def weight_decay_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
@@ -63,7 +72,8 @@ def weight_decay_groups(model: torch.nn.Module, weight_decay: float) -> list[dic
 
 
 class Trainer:
-    """Train a :class:`DecoderTransformer` on a task, writing a run directory.
+    """Train a model (any kind of :data:`latentlens.models.MODEL_KINDS`) on a task, writing
+    a run directory.
 
     Under ``torchrun`` the trainer joins the process group and trains data-parallel
     (DistributedDataParallel): every rank draws the same global batch and trains on its
@@ -88,7 +98,8 @@ class Trainer:
         self.dist, self.device = init_distributed(resolve_device(device))
         self.quiet = quiet or not self.dist.is_main
         self.callbacks = list(callbacks) if self.dist.is_main else []
-        self.model_cfg = TransformerConfig.from_dict(config["model"])
+        self.model_kind = resolve_model_kind(config.get("model_kind", "transformer"))
+        self.model_cfg = model_config(self.model_kind, config["model"])
         self.train_cfg = TrainConfig.from_dict(config["train"])
         self.task_name = config["task"]["name"]
         if self.train_cfg.batch_size % self.dist.world_size:
@@ -98,7 +109,7 @@ class Trainer:
             )
         seed = self.train_cfg.seed
         torch.manual_seed(seed)
-        self.model = DecoderTransformer(self.model_cfg).to(self.device)
+        self.model: HookedModel = build_model(self.model_kind, self.model_cfg).to(self.device)
         if self.dist.rank > 0:
             torch.manual_seed(seed + self.dist.rank)  # own dropout masks per rank
         self.task: Task = make_task(self.task_name, config["task"]["config"], seed, self.device)
@@ -124,11 +135,12 @@ class Trainer:
     @staticmethod
     def resolve_config(
         task: str,
-        model: TransformerConfig,
+        model: Any,
         train: TrainConfig,
         task_config: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
-        """The fully resolved run config written to ``config.json``."""
+        """The fully resolved run config written to ``config.json``; ``model`` is the
+        config of any model kind (e.g. from :func:`model_for_task`)."""
         if task not in TASKS:
             raise ValueError(f"task={task!r} is unknown; choose one of {sorted(TASKS)}")
         task_obj = make_task(task, task_config)
@@ -145,8 +157,17 @@ class Trainer:
                 f"the model does not fit the task {task!r}: {detail}; build the model with "
                 "model_for_task() or drop these overrides"
             )
+        kind = next(
+            (name for name, (cls, _) in MODEL_KINDS.items() if isinstance(model, cls)), None
+        )
+        if kind is None:
+            raise ValueError(
+                f"model must be the config of a model kind {sorted(MODEL_KINDS)}, got "
+                f"{type(model).__name__}"
+            )
         return {
             "latentlens_version": __version__,
+            "model_kind": kind,
             "model": model.to_dict(),
             "task": {"name": task, "config": task_obj.config.to_dict()},
             "task_description": task_obj.describe(),
@@ -231,6 +252,8 @@ class Trainer:
             loss = self.task.loss(self.forward(batch.inputs).float(), batch)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
+        if self.train_cfg.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.train_cfg.grad_clip)
         self.optimizer.step()
         self.step += 1
         return loss.detach()
@@ -286,7 +309,8 @@ class Trainer:
         every_rank = self.dist.gather(own)
         if not self.dist.is_main:
             return []
-        records = [{"step": self.step, "split": s, **self.evaluate(s)} for s in EVAL_SPLITS]
+        splits = self.task.eval_splits
+        records = [{"step": self.step, "split": s, **self.evaluate(s)} for s in splits]
         self.run_dir.append_metrics(records)
         rng = {"data": self.data_generator.get_state()}
         for rank, states in enumerate(every_rank):
@@ -312,25 +336,22 @@ class Trainer:
         """
         cfg = self.train_cfg
         examples = examples or cfg.eval_examples
-        generator = self.task.make_generator(cfg.seed + 1 + EVAL_SPLITS.index(split))
+        self.task.check_split(split)
+        generator = self.task.make_generator(cfg.seed + 1 + self.task.splits.index(split))
         was_training = self.model.training
         self.model.eval()
-        totals: dict[str, float] = {}
-        seen = 0
+        loss_sum, sums, seen = 0.0, {}, 0
         while seen < examples:
             size = min(cfg.batch_size, examples - seen)
             batch = self.task.sample(size, split, generator)
             with self.autocast():
                 predictions = self.model(batch.inputs).float()
-            values = {
-                "loss": self.task.loss(predictions, batch),
-                **self.task.metrics(predictions, batch),
-            }
-            for name, value in values.items():
-                totals[name] = totals.get(name, 0.0) + float(value) * size
+            loss_sum += float(self.task.loss(predictions, batch)) * size
+            for name, value in self.task.metric_sums(predictions, batch).items():
+                sums[name] = sums.get(name, 0.0) + float(value)
             seen += size
         self.model.train(was_training)
-        return {name: total / seen for name, total in totals.items()}
+        return {"loss": loss_sum / seen, **self.task.finish_metrics(sums, seen)}
 
 
 def _summary(records: list[dict[str, Any]]) -> str:

@@ -1,0 +1,100 @@
+"""Curves over training, read from run directories: task metrics per split, and the
+decoding of a task latent per layer."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from matplotlib.figure import Figure
+
+from latentlens.training.run_dir import RunDirectory, read_jsonl
+
+SPLIT_TITLES = {
+    "train": "in-distribution",
+    "test": "held-out combinations",
+    "ood": "out-of-distribution",
+    "control": "random control",
+}
+METRIC_LABELS = {"r2": "R²", "accuracy": "accuracy", "feature_accuracy": "feature accuracy"}
+
+
+def _metric_records(run: str | Path) -> list[dict]:
+    records = RunDirectory(run).read_metrics()
+    if not records:
+        raise ValueError(f"{run} has no metrics.jsonl records: train the run first")
+    return records
+
+
+def metric_curves(
+    runs: Mapping[str, str | Path],
+    metric: str = "r2",
+    splits: Sequence[str] | None = None,
+    ylim: tuple[float, float] | None = None,
+) -> Figure:
+    """One panel per split, one line per run: ``metric`` against the training step.
+
+    ``runs`` maps a legend label (e.g. ``"HYLA"``) to a run directory. ``splits`` defaults
+    to every split the first run evaluated. ``ylim`` fixes the y-axis (R² curves of bad
+    models can dive far below 0 and flatten the rest).
+    """
+    if not runs:
+        raise ValueError("metric_curves needs at least one run")
+    loaded = {label: _metric_records(path) for label, path in runs.items()}
+    first = next(iter(loaded.values()))
+    splits = list(splits or dict.fromkeys(r["split"] for r in first))
+    figure = Figure(figsize=(4.2 * len(splits), 3.4), layout="constrained")
+    axes = figure.subplots(1, len(splits), sharey=True, squeeze=False)[0]
+    for ax, split in zip(axes, splits, strict=True):
+        for label, records in loaded.items():
+            points = [(r["step"], r[metric]) for r in records if r["split"] == split]
+            if not points:
+                continue
+            if metric not in records[0]:
+                raise ValueError(f"the run {label!r} has no metric {metric!r}")
+            steps, values = zip(*points, strict=True)
+            ax.plot(steps, values, marker="o", markersize=3, label=label)
+        ax.set_title(SPLIT_TITLES.get(split, split) + f" ({split})")
+        ax.set_xlabel("training step")
+        ax.grid(alpha=0.3)
+        if ylim is not None:
+            ax.set_ylim(*ylim)
+    axes[0].set_ylabel(METRIC_LABELS.get(metric, metric))
+    axes[0].legend(frameon=False)
+    return figure
+
+
+def _site_label(site: str) -> str:
+    if site == "hook_task_latent":
+        return "ẑ (bottleneck)"
+    layer = site.split("blocks.")[1].split(".")[0]
+    return f"residual after layer {layer}"
+
+
+def decoding_curves(
+    runs: Mapping[str, str | Path], file_name: str = "latent_decoding.jsonl"
+) -> Figure:
+    """One panel per run: R² of the linear decoding of the task latent from each site
+    against the training step; solid lines out-of-distribution, dashed in-distribution (the
+    set the decoder was fit on)."""
+    if not runs:
+        raise ValueError("decoding_curves needs at least one run")
+    figure = Figure(figsize=(4.4 * len(runs), 3.4), layout="constrained")
+    axes = figure.subplots(1, len(runs), sharey=True, squeeze=False)[0]
+    for ax, (label, path) in zip(axes, runs.items(), strict=True):
+        records = read_jsonl(RunDirectory(path).tracking / file_name)
+        if not records:
+            raise ValueError(f"{path} has no tracking/{file_name}: train it with the tracker")
+        sites = list(dict.fromkeys(r["site"] for r in records))
+        for index, site in enumerate(sites):
+            rows = [r for r in records if r["site"] == site]
+            steps = [r["step"] for r in rows]
+            color = f"C{index}"
+            ax.plot(steps, [r["r2_ood"] for r in rows], color=color, label=_site_label(site))
+            ax.plot(steps, [r["r2_fit"] for r in rows], color=color, linestyle="--", alpha=0.6)
+        ax.set_title(label)
+        ax.set_xlabel("training step")
+        ax.grid(alpha=0.3)
+        ax.legend(frameon=False, fontsize="small", title="solid: OOD, dashed: fit (ID)")
+    axes[0].set_ylabel("decoding R² of z")
+    return figure

@@ -1,0 +1,17 @@
+"""Probes: streaming extraction of activations with labels, linear decoders fit
+in-distribution and scored out-of-distribution, and decoding tracked over training."""
+
+from latentlens.probes.extraction import Extraction, extract, last_position
+from latentlens.probes.linear import RegressionScore, ridge_decoding
+from latentlens.probes.tracking import LatentDecodingTracker, decoding_sites, read_decoding
+
+__all__ = [
+    "Extraction",
+    "LatentDecodingTracker",
+    "RegressionScore",
+    "decoding_sites",
+    "extract",
+    "last_position",
+    "read_decoding",
+    "ridge_decoding",
+]

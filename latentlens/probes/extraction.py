@@ -1,0 +1,90 @@
+"""Streaming extraction: activations at chosen hook points, sliced per batch, with labels.
+
+Each batch goes through ``run_with_cache`` with a names filter, and only the requested slice
+of each activation is kept (by default the last position of ``[batch, pos, ...]`` streams;
+activations without a position axis, like ``hook_task_latent``, are kept whole). Memory is
+bounded by the batch size and the slices, not by the full caches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from latentlens.models import HookedModel
+from latentlens.tasks import Task
+
+Selector = Callable[[torch.Tensor], torch.Tensor]
+
+
+@dataclass
+class Extraction:
+    """``activations[name]`` ``[examples, ...]`` and ``labels[name]`` ``[examples, ...]``
+    (labels with a batch axis), on the CPU."""
+
+    activations: dict[str, torch.Tensor]
+    labels: dict[str, torch.Tensor]
+
+    def __len__(self) -> int:
+        return next(iter(self.labels.values())).shape[0]
+
+
+def last_position(activation: torch.Tensor) -> torch.Tensor:
+    """``[batch, pos, ...] -> [batch, ...]`` at the last position; 2-D activations as is."""
+    return activation if activation.ndim == 2 else activation[:, -1]
+
+
+@torch.no_grad()
+def extract(
+    model: HookedModel,
+    task: Task,
+    split: str,
+    hook_names: Sequence[str],
+    examples: int,
+    batch_size: int = 256,
+    seed: int = 0,
+    select: Mapping[str, Selector] | None = None,
+) -> Extraction:
+    """Activations of ``hook_names`` on ``examples`` sequences of ``split``.
+
+    ``select`` maps a hook name to the slice to keep (default :func:`last_position`). The
+    sequences come from a generator seeded with ``seed`` on the task's device, so the same
+    call gives the same examples. The model is put in eval mode and restored.
+    """
+    task.check_split(split)
+    task.check_batch_size(batch_size)
+    if examples <= 0:
+        raise ValueError(f"examples={examples} is invalid: it must be a positive integer")
+    unknown = [name for name in hook_names if name not in model.hook_dict]
+    if unknown:
+        raise ValueError(
+            f"unknown hook names {unknown}; the model has e.g. {sorted(model.hook_dict)[:6]}"
+        )
+    select = dict(select or {})
+    wanted = set(hook_names)
+    generator = task.make_generator(seed)
+    was_training = model.training
+    model.eval()
+    parts: dict[str, list[torch.Tensor]] = {name: [] for name in hook_names}
+    label_parts: dict[str, list[torch.Tensor]] = {}
+    seen = 0
+    try:
+        while seen < examples:
+            size = min(batch_size, examples - seen)
+            batch = task.sample(size, split, generator)
+            _, cache = model.run_with_cache(batch.inputs, names_filter=lambda n: n in wanted)
+            for name in hook_names:
+                kept = select.get(name, last_position)(cache[name])
+                parts[name].append(kept.float().cpu())
+            for name, label in batch.labels.items():
+                if label.ndim and label.shape[0] == size:
+                    label_parts.setdefault(name, []).append(label.cpu())
+            seen += size
+    finally:
+        model.train(was_training)
+    return Extraction(
+        {name: torch.cat(chunks) for name, chunks in parts.items()},
+        {name: torch.cat(chunks) for name, chunks in label_parts.items()},
+    )

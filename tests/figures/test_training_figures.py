@@ -1,0 +1,68 @@
+"""Curves over training: the plotted data are the run's records, files are written."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from latentlens.figures import decoding_curves, metric_curves, save_figure
+
+
+def write_run(path: Path, shift: float) -> Path:
+    (path / "tracking").mkdir(parents=True)
+    metrics = [
+        {"step": step, "split": split, "loss": 1.0, "r2": shift + step / 100}
+        for step in (10, 20, 30)
+        for split in ("train", "ood", "control")
+    ]
+    (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in metrics))
+    decoding = [
+        {"step": step, "site": site, "r2_fit": 0.9, "r2_ood": shift + step / 50}
+        for step in (10, 20)
+        for site in ("blocks.0.hook_resid_post", "blocks.1.hook_resid_post", "hook_task_latent")
+    ]
+    lines = "".join(json.dumps(r) + "\n" for r in decoding)
+    (path / "tracking" / "latent_decoding.jsonl").write_text(lines)
+    return path
+
+
+def test_metric_curves_plot_each_split_and_run(tmp_path: Path) -> None:
+    runs = {
+        "vanilla": write_run(tmp_path / "a", 0.0),
+        "hypernetwork": write_run(tmp_path / "b", 0.5),
+    }
+    figure = metric_curves(runs, metric="r2")
+    axes = figure.axes
+    assert [ax.get_title() for ax in axes] == [
+        "in-distribution (train)", "out-of-distribution (ood)", "random control (control)",
+    ]  # fmt: skip
+    line = axes[1].lines[1]
+    assert list(line.get_xdata()) == [10, 20, 30]
+    assert list(line.get_ydata()) == pytest.approx([0.6, 0.7, 0.8])
+    assert [t.get_text() for t in axes[0].get_legend().get_texts()] == ["vanilla", "hypernetwork"]
+    assert axes[0].get_ylabel() == "R²" and axes[0].get_xlabel() == "training step"
+    paths = save_figure(figure, tmp_path / "figs" / "curves", formats=("png", "svg"))
+    assert all(p.is_file() and p.stat().st_size > 1000 for p in paths)
+
+
+def test_decoding_curves_plot_every_site(tmp_path: Path) -> None:
+    figure = decoding_curves({"hypernetwork": write_run(tmp_path / "a", 0.0)})
+    (ax,) = figure.axes
+    assert len(ax.lines) == 6  # OOD and fit per site
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert labels == ["residual after layer 0", "residual after layer 1", "ẑ (bottleneck)"]
+    assert list(ax.lines[0].get_ydata()) == pytest.approx([0.2, 0.4])
+    assert save_figure(figure, tmp_path / "dec", formats=("pdf",))[0].is_file()
+
+
+def test_missing_results_and_bad_formats_are_clear_errors(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="no metrics.jsonl records"):
+        metric_curves({"x": tmp_path / "empty"})
+    with pytest.raises(ValueError, match="no tracking/latent_decoding.jsonl"):
+        decoding_curves({"x": tmp_path / "empty"})
+    figure = metric_curves({"x": write_run(tmp_path / "a", 0.0)})
+    with pytest.raises(ValueError, match=r"formats \['jpg'\]"):
+        save_figure(figure, tmp_path / "f", formats=("jpg",))

@@ -1,0 +1,46 @@
+"""Ridge decoding on data with a known answer, and degenerate inputs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from latentlens.probes import ridge_decoding
+
+
+def test_planted_linear_code_is_decoded_and_random_features_are_not() -> None:
+    rng = np.random.default_rng(0)
+    z = rng.uniform(size=(2000, 6))
+    mixing = rng.normal(size=(6, 32))
+    features = z @ mixing + 0.01 * rng.normal(size=(2000, 32))
+    # fit on the first half, score on a shifted second half (like an OOD set)
+    score = ridge_decoding(features[:1000], z[:1000], features[1000:] + 0.0, z[1000:])
+    assert score.fit > 0.99 and score.test > 0.99
+    noise = rng.normal(size=(2000, 32))
+    chance = ridge_decoding(noise[:1000], z[:1000], noise[1000:], z[1000:])
+    assert chance.test < 0.02  # no information: R² at or below 0
+    assert chance.fit < 0.1  # 32 features of 1000 examples overfit only a little
+
+
+def test_torch_inputs_and_one_dimensional_targets() -> None:
+    x = torch.randn(200, 3)
+    y = x @ torch.tensor([1.0, -2.0, 0.5]) + 3.0
+    score = ridge_decoding(x, y, x, y, alpha=0.0)
+    assert score.test == pytest.approx(1.0)
+
+
+def test_degenerate_inputs_are_clear_errors() -> None:
+    x, y = np.zeros((10, 3)), np.zeros((10, 2))
+    with pytest.raises(ValueError, match="10 feature rows but 9 target rows"):
+        ridge_decoding(x, y[:9], x, y)
+    with pytest.raises(ValueError, match="1 example"):
+        ridge_decoding(x[:1], y[:1], x, y)
+    with pytest.raises(ValueError, match="differ in width"):
+        ridge_decoding(x, y, np.zeros((10, 4)), y)
+    with pytest.raises(ValueError, match="NaN"):
+        ridge_decoding(np.full((10, 3), np.nan), y, x, y)
+    with pytest.raises(ValueError, match="alpha=-1"):
+        ridge_decoding(x, y, x, y, alpha=-1)
+    with pytest.raises(ValueError, match=r"\[examples, features\]"):
+        ridge_decoding(np.zeros((10, 3, 2)), y, x, y)
