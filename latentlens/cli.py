@@ -9,6 +9,7 @@ from collections.abc import Sequence
 import torch
 
 from latentlens import __version__
+from latentlens.cli_analysis import add_analysis_parsers
 from latentlens.cli_training import add_eval_parser, add_train_parser
 from latentlens.devices import DEVICE_CHOICES, resolve_device
 from latentlens.models import VARIANTS, DecoderTransformer, TransformerConfig, latent_codes
@@ -55,6 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.set_defaults(handler=run_inspect)
     add_train_parser(commands)
     add_eval_parser(commands)
+    add_analysis_parsers(commands)
     return parser
 
 

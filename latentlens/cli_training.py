@@ -13,13 +13,10 @@ from latentlens.probes import LatentDecodingTracker
 from latentlens.tasks import SUPPORTS, TASKS
 from latentlens.training import (
     Callback,
-    CheckpointError,
     RunDirectory,
     TrainConfig,
     Trainer,
     TrainingDiverged,
-    list_checkpoints,
-    load_checkpoint,
     model_for_task,
 )
 from latentlens.training.distributed import shutdown_distributed
@@ -180,23 +177,13 @@ def check_resume_flags(args: argparse.Namespace, stored: dict[str, Any]) -> None
 
 
 def run_eval(args: argparse.Namespace) -> int:
-    directory = RunDirectory(args.run_dir)
-    config = directory.read_config()
-    found = dict(list_checkpoints(directory.checkpoints))
-    if not found:
-        raise CheckpointError(f"{directory.checkpoints} holds no checkpoint")
-    step = max(found) if args.checkpoint is None else args.checkpoint
-    if step not in found:
-        raise CheckpointError(
-            f"no checkpoint of step {step} in {directory.checkpoints}; available: {sorted(found)}"
-        )
-    trainer = Trainer(directory, config, device=args.device, quiet=True)
-    trainer.restore(load_checkpoint(found[step]))
+    trainer = Trainer.load(args.run_dir, args.checkpoint, args.device)
+    step = trainer.step
     splits = args.split or list(trainer.task.eval_splits)
     for split in splits:
         trainer.task.check_split(split)
     records = [{"step": step, "split": s, **trainer.evaluate(s, args.examples)} for s in splits]
-    print(f"run {directory.path}, checkpoint step {step}")
+    print(f"run {trainer.run_dir.path}, checkpoint step {step}")
     print_table(records)
     return 0
 

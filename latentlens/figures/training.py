@@ -26,15 +26,21 @@ def _metric_records(run: str | Path) -> list[dict]:
     return records
 
 
+def default_metric(records: Sequence[dict]) -> str:
+    """The task metric a run logs (R² or accuracy): its first key besides step, split, loss."""
+    return next((k for k in records[0] if k not in ("step", "split", "loss")), "loss")
+
+
 def metric_curves(
     runs: Mapping[str, str | Path],
-    metric: str = "r2",
+    metric: str | None = None,
     splits: Sequence[str] | None = None,
     ylim: tuple[float, float] | None = None,
 ) -> Figure:
     """One panel per split, one line per run: ``metric`` against the training step.
 
-    ``runs`` maps a legend label (e.g. ``"HYLA"``) to a run directory. ``splits`` defaults
+    ``runs`` maps a legend label (e.g. ``"HYLA"``) to a run directory; ``metric`` defaults
+    to the task's (R² or accuracy). ``splits`` defaults
     to every split the first run evaluated. ``ylim`` fixes the y-axis (R² curves of bad
     models can dive far below 0 and flatten the rest).
     """
@@ -42,6 +48,12 @@ def metric_curves(
         raise ValueError("metric_curves needs at least one run")
     loaded = {label: _metric_records(path) for label, path in runs.items()}
     first = next(iter(loaded.values()))
+    metric = metric or default_metric(first)
+    for label, records in loaded.items():
+        if metric not in records[0]:
+            raise ValueError(
+                f"the run {label!r} has no metric {metric!r}; it logs {sorted(records[0])}"
+            )
     splits = list(splits or dict.fromkeys(r["split"] for r in first))
     figure = Figure(figsize=(4.2 * len(splits), 3.4), layout="constrained")
     axes = figure.subplots(1, len(splits), sharey=True, squeeze=False)[0]
@@ -50,8 +62,6 @@ def metric_curves(
             points = [(r["step"], r[metric]) for r in records if r["split"] == split]
             if not points:
                 continue
-            if metric not in records[0]:
-                raise ValueError(f"the run {label!r} has no metric {metric!r}")
             steps, values = zip(*points, strict=True)
             ax.plot(steps, values, marker="o", markersize=3, label=label)
         ax.set_title(SPLIT_TITLES.get(split, split) + f" ({split})")

@@ -2,13 +2,20 @@
 in-distribution and scored out-of-distribution, and decoding tracked over training."""
 
 from latentlens.probes.extraction import Extraction, extract, last_position
-from latentlens.probes.linear import RegressionScore, ridge_decoding
+from latentlens.probes.linear import (
+    DecodingScore,
+    classifier_decoding,
+    cross_validated_decoding,
+    ridge_decoding,
+)
 from latentlens.probes.tracking import LatentDecodingTracker, decoding_sites, read_decoding
 
 __all__ = [
     "Extraction",
     "LatentDecodingTracker",
-    "RegressionScore",
+    "DecodingScore",
+    "classifier_decoding",
+    "cross_validated_decoding",
     "decoding_sites",
     "extract",
     "last_position",

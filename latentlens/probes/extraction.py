@@ -10,13 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from latentlens.models import HookedModel
-from latentlens.tasks import Task
+from latentlens.tasks import Batch, Task
 
-Selector = Callable[[torch.Tensor], torch.Tensor]
+Selector = Callable[[torch.Tensor, Batch], torch.Tensor]
 
 
 @dataclass
@@ -31,7 +32,7 @@ class Extraction:
         return next(iter(self.labels.values())).shape[0]
 
 
-def last_position(activation: torch.Tensor) -> torch.Tensor:
+def last_position(activation: torch.Tensor, batch: Batch | None = None) -> torch.Tensor:
     """``[batch, pos, ...] -> [batch, ...]`` at the last position; 2-D activations as is."""
     return activation if activation.ndim == 2 else activation[:, -1]
 
@@ -46,12 +47,16 @@ def extract(
     batch_size: int = 256,
     seed: int = 0,
     select: Mapping[str, Selector] | None = None,
+    sample_options: Mapping[str, Any] | None = None,
 ) -> Extraction:
     """Activations of ``hook_names`` on ``examples`` sequences of ``split``.
 
-    ``select`` maps a hook name to the slice to keep (default :func:`last_position`). The
-    sequences come from a generator seeded with ``seed`` on the task's device, so the same
-    call gives the same examples. The model is put in eval mode and restored.
+    ``select`` maps a hook name to a function ``(activation, batch) -> kept slice``
+    (default :func:`last_position`); it sees the batch, so the slice may depend on the
+    labels (e.g. where a permuted feature sits). ``sample_options`` go to ``task.sample``
+    (e.g. ``inputs="fixed_query"``). The sequences come from a generator seeded with
+    ``seed`` on the task's device, so the same call gives the same examples. The model is
+    put in eval mode and restored.
     """
     task.check_split(split)
     task.check_batch_size(batch_size)
@@ -73,10 +78,10 @@ def extract(
     try:
         while seen < examples:
             size = min(batch_size, examples - seen)
-            batch = task.sample(size, split, generator)
+            batch = task.sample(size, split, generator, **dict(sample_options or {}))
             _, cache = model.run_with_cache(batch.inputs, names_filter=lambda n: n in wanted)
             for name in hook_names:
-                kept = select.get(name, last_position)(cache[name])
+                kept = select.get(name, last_position)(cache[name], batch)
                 parts[name].append(kept.float().cpu())
             for name, label in batch.labels.items():
                 if label.ndim and label.shape[0] == size:

@@ -211,6 +211,28 @@ class Trainer:
             callback.on_resume(trainer, checkpoint.step)
         return trainer
 
+    @classmethod
+    def load(
+        cls, run_dir: str | Path, checkpoint: int | None = None, device: str = "auto"
+    ) -> Trainer:
+        """A trained run for analysis: its model, task and config at the checkpoint of
+        step ``checkpoint`` (default: the newest); nothing on disk changes."""
+        directory = RunDirectory(run_dir)
+        config = directory.read_config()
+        found = dict(list_checkpoints(directory.checkpoints))
+        if not found:
+            raise CheckpointError(f"{directory.checkpoints} holds no checkpoint")
+        step = max(found) if checkpoint is None else checkpoint
+        if step not in found:
+            raise CheckpointError(
+                f"no checkpoint of step {step} in {directory.checkpoints}; "
+                f"available: {sorted(found)}"
+            )
+        trainer = cls(directory, config, device=device, quiet=True)
+        trainer.restore(load_checkpoint(found[step]))
+        trainer.model.eval()
+        return trainer
+
     def restore(self, checkpoint: Any) -> None:
         try:
             self.model.load_state_dict(checkpoint.model)

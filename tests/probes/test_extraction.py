@@ -15,7 +15,7 @@ def test_streamed_slices_equal_the_full_cache() -> None:
     torch.manual_seed(0)
     model = DecoderTransformer(TransformerConfig.preset("fuzzy-logic", d_model=32)).train()
     names = ["blocks.0.hook_resid_post", "blocks.1.attn.hook_pattern"]
-    select = {"blocks.1.attn.hook_pattern": lambda act: act[:, :, -1, -1]}  # last self-code
+    select = {"blocks.1.attn.hook_pattern": lambda act, batch: act[:, :, -1, -1]}  # last self-code
     got = extract(model, task, "test", names, examples=70, batch_size=32, seed=5, select=select)
     assert model.training  # restored
     assert got.activations["blocks.0.hook_resid_post"].shape == (70, 32)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from latentlens.probes import ridge_decoding
+from latentlens.probes import classifier_decoding, cross_validated_decoding, ridge_decoding
 
 
 def test_planted_linear_code_is_decoded_and_random_features_are_not() -> None:
@@ -44,3 +44,38 @@ def test_degenerate_inputs_are_clear_errors() -> None:
         ridge_decoding(x, y, x, y, alpha=-1)
     with pytest.raises(ValueError, match=r"\[examples, features\]"):
         ridge_decoding(np.zeros((10, 3, 2)), y, x, y)
+
+
+def test_planted_rule_codes_are_classified_and_random_codes_are_at_chance() -> None:
+    rng = np.random.default_rng(1)
+    rules = rng.integers(0, 4, size=1200)
+    centres = rng.normal(size=(4, 8)) * 3
+    codes = centres[rules] + 0.1 * rng.normal(size=(1200, 8))
+    score = classifier_decoding(codes[:600], rules[:600], codes[600:], rules[600:])
+    assert score.fit == 1.0 and score.test == 1.0
+    assert 0.2 < score.chance < 0.35 and score.shuffled < 0.4
+    noise = rng.normal(size=(1200, 8))
+    chance = classifier_decoding(noise[:600], rules[:600], noise[600:], rules[600:])
+    assert chance.test < chance.chance + 0.06
+
+
+def test_cross_validation_and_classifier_errors() -> None:
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(40, 3))
+    labels = (x[:, 0] > 0).astype(int)
+    score = cross_validated_decoding(x, labels, kind="classifier", folds=4)
+    assert score.test > 0.85 and score.metric == "accuracy"
+    ridge = cross_validated_decoding(x, 2 * x[:, 1], kind="ridge", folds=2)
+    assert ridge.test > 0.99
+    with pytest.raises(ValueError, match="single class"):
+        classifier_decoding(x, np.zeros(40), x, labels)
+    with pytest.raises(ValueError, match="3 examples cannot be split into 5 folds"):
+        cross_validated_decoding(x[:3], x[:3, 0], folds=5)
+    with pytest.raises(ValueError, match="rarest class has 1 examples"):
+        cross_validated_decoding(x, np.r_[np.zeros(39), 1], kind="classifier", folds=2)
+    with pytest.raises(ValueError, match="folds=1"):
+        cross_validated_decoding(x, labels, folds=1)
+    with pytest.raises(ValueError, match="kind='lasso'"):
+        cross_validated_decoding(x, labels, kind="lasso")
+    with pytest.raises(ValueError, match=r"\[examples\] class ids"):
+        classifier_decoding(x, np.zeros((40, 2)), x, labels)

@@ -1,0 +1,100 @@
+"""``latentlens probe``, ``latentlens figures`` and ``latentlens demo``."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from latentlens.devices import DEVICE_CHOICES
+from latentlens.figures.save import MATPLOTLIB_FORMATS
+
+
+def add_analysis_parsers(commands: argparse._SubParsersAction) -> None:
+    probe = commands.add_parser(
+        "probe",
+        help="probe a trained run's latent codes into RUN/probes/results.json",
+        description="Run the task's latent-code protocol (reference/hyla.md section 6) on a "
+        "trained run: linear decoders with chance and shuffled-label controls per layer and "
+        "head, clustering, embeddings, topographic similarity, head ablations and patching.",
+    )
+    probe.add_argument("run_dir", type=Path)
+    probe.add_argument("--examples", type=int, default=2048, help="examples per code set")
+    probe.add_argument("--embedding", choices=["pca", "umap"], default="pca")
+    probe.add_argument("--checkpoint", type=int, help="step (default: the newest)")
+    probe.add_argument("--device", choices=DEVICE_CHOICES, default="auto")
+    probe.add_argument("--quiet", action="store_true", help="no progress bar")
+    probe.set_defaults(handler=run_probe)
+
+    figures = commands.add_parser(
+        "figures",
+        help="draw every figure a run's results allow into RUN/figures/",
+        description="Metric curves, tracked quantities and, after `latentlens probe`, "
+        "decoding per head, code embeddings (also interactive HTML), head ablations and "
+        "structure scores.",
+    )
+    figures.add_argument("run_dir", type=Path)
+    figures.add_argument(
+        "--formats",
+        default="png,svg,html",
+        help=f"comma-separated, from {','.join(MATPLOTLIB_FORMATS)} (default: %(default)s)",
+    )
+    figures.set_defaults(handler=run_figures_command)
+
+    demo = commands.add_parser(
+        "demo",
+        help="train softmax, linear and HYLA on fuzzy logic, probe, draw, write a report",
+        description="From nothing to report.md and a self-contained report.html: trains "
+        "softmax, linear and HYLA attention on fuzzy logic at a small size (minutes on a "
+        "2-core CPU), probes their latent codes and draws the figures.",
+    )
+    demo.add_argument("--out", type=Path, default=Path("runs/demo"), help="default: %(default)s")
+    demo.add_argument("--size", choices=["small", "tiny"], default="small")
+    demo.add_argument("--steps", type=int, help="training steps (default: the size's)")
+    demo.add_argument("--embedding", choices=["pca", "umap"], default="pca")
+    demo.add_argument("--device", choices=DEVICE_CHOICES, default="auto")
+    demo.add_argument("--quiet", action="store_true", help="no progress bars")
+    demo.set_defaults(handler=run_demo_command)
+
+
+def run_probe(args: argparse.Namespace) -> int:
+    from latentlens.probes.run import probe_run
+
+    if args.examples < 4:
+        raise ValueError(f"--examples={args.examples} is too few; use at least 4")
+    results = probe_run(
+        args.run_dir, args.examples, args.embedding, args.checkpoint, args.device, args.quiet
+    )
+    print(f"probe results: {args.run_dir / 'probes' / 'results.json'}")
+    for row in results.get("decoding", [])[:1]:
+        print(
+            f"decoding ({row['metric']}, every layer and head): held out {row['test']:.3f}, "
+            f"chance {row['chance']:.3f}, shuffled labels {row['shuffled']:.3f}"
+        )
+    for row in results.get("z_decoding", []):
+        print(f"z from {row['site']}: R² fit {row['r2_fit']:.3f}, OOD {row['r2_ood']:.3f}")
+    if "topography" in results:
+        topo = results["topography"]
+        print(f"topographic similarity: rho {topo['rho']:.3f} (p = {topo['p_value']:.3g})")
+    return 0
+
+
+def run_figures_command(args: argparse.Namespace) -> int:
+    from latentlens.figures.run_figures import run_figures
+
+    formats = tuple(f.strip() for f in args.formats.split(",") if f.strip())
+    written = run_figures(args.run_dir, formats)
+    print(f"{len(written)} figures in {args.run_dir / 'figures'}:")
+    for name in written:
+        print(f"  {name}")
+    return 0
+
+
+def run_demo_command(args: argparse.Namespace) -> int:
+    from latentlens.demo import run_demo
+
+    markdown, page = run_demo(
+        args.out, args.size, args.steps, embedding=args.embedding, device=args.device,
+        quiet=args.quiet,
+    )  # fmt: skip
+    print(f"report: {markdown}\n        {page} (self-contained, opens offline)")
+    return 0

@@ -1,0 +1,194 @@
+"""Figures of probe results (``probes/results.json`` of one or several runs)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from matplotlib.figure import Figure
+
+METRIC_NAMES = {"r2": "R²", "accuracy": "accuracy"}
+
+
+def _require(results: Mapping[str, Any], key: str) -> Any:
+    if key not in results:
+        raise ValueError(f"the probe results have no {key!r}; run `latentlens probe` on the run")
+    return results[key]
+
+
+def _head_grid(rows: Sequence[dict], value: str) -> np.ndarray:
+    layers = 1 + max(r["layer"] for r in rows)
+    heads = 1 + max(r["head"] for r in rows)
+    grid = np.full((layers, heads), np.nan)
+    for r in rows:
+        grid[r["layer"], r["head"]] = r[value]
+    return grid
+
+
+def _annotated_heatmap(ax, grid: np.ndarray, cmap: str, vmin: float, vmax: float, fmt: str):
+    image = ax.imshow(grid, cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto")
+    for (i, j), value in np.ndenumerate(grid):
+        if np.isfinite(value):
+            ax.text(j, i, format(value, fmt), ha="center", va="center", fontsize=7)
+    ax.set_xticks(range(grid.shape[1]))
+    ax.set_yticks(range(grid.shape[0]))
+    ax.set_xlabel("head")
+    ax.set_ylabel("layer")
+    return image
+
+
+def decoding_by_head(results: Mapping[str, Any], title: str = "") -> Figure:
+    """Left: the decoder's held-out score from each head alone (layer x head). Right: per
+    layer, every head together, the drop when one head is left out, beside chance and
+    the shuffled-label control."""
+    rows = _require(results, "decoding")
+    metric = rows[0]["metric"]
+    label = METRIC_NAMES.get(metric, metric)
+    alone = [
+        {"layer": r["layer"], "head": int(r["heads"][1:]), "test": r["test"]}
+        for r in rows
+        if r["layer"] != "all" and r["heads"].startswith("h")
+    ]
+    per_layer = [r for r in rows if r["layer"] != "all" and r["heads"] == "all"]
+    figure = Figure(figsize=(10, 3.4), layout="constrained")
+    left, right = figure.subplots(1, 2, width_ratios=[1.3, 1])
+    grid = _head_grid(alone, "test")
+    low = min(0.0, float(np.nanmin(grid))) if metric == "r2" else 0.0
+    image = _annotated_heatmap(left, grid, "viridis", low, 1.0, ".2f")
+    figure.colorbar(image, ax=left, label=f"held-out {label}")
+    left.set_title("one head alone")
+    layers = [r["layer"] for r in per_layer]
+    x = np.arange(len(layers))
+    right.bar(x - 0.2, [r["test"] for r in per_layer], 0.4, label="all heads (held out)")
+    drops = [
+        [r["test"] for r in rows if r["layer"] == layer and r["heads"].startswith("-")]
+        for layer in layers
+    ]
+    worst = [min(d) if d else np.nan for d in drops]
+    right.bar(x + 0.2, worst, 0.4, label="worst head left out")
+    right.plot(x, [r["chance"] for r in per_layer], "k_", markersize=28, label="chance")
+    right.plot(x, [r["shuffled"] for r in per_layer], "r_", markersize=28, label="shuffled labels")
+    right.set_xticks(x, [f"layer {layer}" for layer in layers])
+    right.set_ylabel(f"held-out {label}")
+    right.set_title("all heads, and without one")
+    right.legend(frameon=False, fontsize="small")
+    right.grid(axis="y", alpha=0.3)
+    if title:
+        figure.suptitle(title)
+    return figure
+
+
+def code_embedding(
+    results: Mapping[str, Any], title: str = "", ood_split: str | None = None
+) -> Figure:
+    """The 2-D embedding of latent codes coloured by rule; points of ``ood_split``
+    (default: any split whose name contains "ood") are drawn as crosses."""
+    data = _require(results, "embedding")
+    labels = np.array(data["label"])
+    splits = np.array(data["split"])
+    ood = splits == ood_split if ood_split else np.char.find(splits.astype(str), "ood") >= 0
+    figure = Figure(figsize=(6.4, 4.8), layout="constrained")
+    ax = figure.subplots()
+    x, y = np.array(data["x"]), np.array(data["y"])
+    names = list(dict.fromkeys(labels.tolist()))
+    many = len(names) > 10
+    for index, name in enumerate(names):
+        chosen = labels == name
+        color = f"C{index % 10}" if not many else None
+        kwargs = {"color": color} if color else {}
+        ax.scatter(
+            x[chosen & ~ood],
+            y[chosen & ~ood],
+            s=8,
+            alpha=0.6,
+            label=None if many else name,
+            **kwargs,
+        )
+        if (chosen & ood).any():
+            ax.scatter(x[chosen & ood], y[chosen & ood], s=14, marker="x", alpha=0.8, **kwargs)
+    if ood.any():
+        ax.scatter([], [], marker="x", color="gray", label="out-of-distribution")
+    if not many or ood.any():
+        ax.legend(frameon=False, fontsize="small", markerscale=1.5, loc="best")
+    method = data["method"].upper()
+    ax.set_xlabel(f"{method} 1")
+    ax.set_ylabel(f"{method} 2")
+    coloured = "colour: rule" if not many else f"colour: one of {len(names)} combinations"
+    ax.set_title(title or f"latent codes, layer {data['layer']} ({coloured})")
+    return figure
+
+
+def structure_scores(runs: Mapping[str, Mapping[str, Any]]) -> Figure:
+    """Clustering (ARI, NMI) and topographic similarity (Spearman ρ, with its permutation
+    p-value) per run."""
+    if not runs:
+        raise ValueError("structure_scores needs at least one run's results")
+    labels = list(runs)
+    figure = Figure(figsize=(10, 3.4), layout="constrained")
+    left, right = figure.subplots(1, 2, width_ratios=[2, 1])
+    x = np.arange(len(labels))
+    bars = [
+        ("kmeans", "ari", "k-means ARI"),
+        ("kmeans", "nmi", "k-means NMI"),
+        ("agglomerative", "ari", "agglomerative ARI"),
+        ("agglomerative", "nmi", "agglomerative NMI"),
+    ]
+    width = 0.8 / len(bars)
+    for index, (method, score, name) in enumerate(bars):
+        values = [_require(runs[k], "clustering")[method][score] for k in labels]
+        left.bar(x + (index - 1.5) * width, values, width, label=name)
+    left.set_xticks(x, labels)
+    left.set_ylabel("agreement with the true rules")
+    left.set_ylim(0, 1)
+    left.legend(frameon=False, fontsize="small", ncols=2)
+    left.set_title("clustering of latent codes")
+    rho = [_require(runs[k], "topography")["rho"] for k in labels]
+    right.bar(x, rho, color="C4")
+    for i, k in enumerate(labels):
+        p = runs[k]["topography"]["p_value"]
+        right.annotate(f"p={p:.3g}", (i, rho[i]), ha="center", va="bottom", fontsize=8)
+    right.axhline(0, color="k", linewidth=0.8)
+    right.set_xticks(x, labels)
+    right.set_ylabel("Spearman ρ")
+    right.set_title("topographic similarity")
+    return figure
+
+
+def head_ablation(results: Mapping[str, Any], title: str = "") -> Figure:
+    """Change in the task metric when each head's output is zeroed (layer x head)."""
+    rows = _require(results, "ablation")
+    if not rows:
+        raise ValueError("the probe results hold no ablation rows")
+    grid = _head_grid(rows, "change")
+    bound = max(float(np.nanmax(np.abs(grid))), 1e-6)
+    figure = Figure(figsize=(6, 3.2), layout="constrained")
+    ax = figure.subplots()
+    image = _annotated_heatmap(ax, grid, "RdBu", -bound, bound, "+.2f")
+    metric = METRIC_NAMES.get(rows[0]["metric"], rows[0]["metric"])
+    figure.colorbar(image, ax=ax, label=f"change in {metric}")
+    ax.set_title(title or f"zeroing one head (baseline {metric} {rows[0]['baseline']:.3f})")
+    return figure
+
+
+def tracked_heatmap(
+    steps: Sequence[int], values: np.ndarray, names: Sequence[str], title: str
+) -> Figure:
+    """A quantity tracked over training: ``values`` ``[steps, features]`` as a heatmap with
+    the training step on the x-axis and one row per named feature."""
+    values = np.asarray(values, dtype=float)
+    if values.ndim != 2 or values.shape != (len(steps), len(names)):
+        raise ValueError(
+            f"values must be [steps, features] = [{len(steps)}, {len(names)}], "
+            f"got {list(values.shape)}"
+        )
+    figure = Figure(figsize=(7, 0.35 * len(names) + 1.6), layout="constrained")
+    ax = figure.subplots()
+    image = ax.imshow(values.T, aspect="auto", cmap="magma", interpolation="nearest")
+    ax.set_yticks(range(len(names)), names, fontsize=8)
+    ticks = np.linspace(0, len(steps) - 1, min(len(steps), 6)).round().astype(int)
+    ax.set_xticks(ticks, [str(steps[i]) for i in ticks])
+    ax.set_xlabel("training step")
+    figure.colorbar(image, ax=ax)
+    ax.set_title(title)
+    return figure

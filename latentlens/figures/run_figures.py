@@ -1,0 +1,79 @@
+"""Every figure a run's results allow, written to ``runs/NAME/figures/``."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+from safetensors.torch import load_file
+
+from latentlens.figures.interactive import code_embedding_plotly, metric_curves_plotly
+from latentlens.figures.probes import (
+    code_embedding,
+    decoding_by_head,
+    head_ablation,
+    structure_scores,
+    tracked_heatmap,
+)
+from latentlens.figures.save import save_figure, save_plotly
+from latentlens.figures.training import decoding_curves, metric_curves
+from latentlens.training.run_dir import RunDirectory, read_jsonl
+
+PROBE_RESULTS = Path("probes") / "results.json"
+
+
+def _probe_results(run: Path) -> dict | None:
+    path = run / PROBE_RESULTS
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def run_figures(run_dir: str | Path, formats: Sequence[str] = ("png", "svg")) -> dict[str, Path]:
+    """Draw what ``run_dir`` holds: metric curves (always), decoding over training
+    (``tracking/latent_decoding.jsonl``), tracked activations (``tracking/*.safetensors``) and,
+    after ``latentlens probe``, decoding per head, code embeddings (also interactive HTML),
+    head ablations and structure scores. Returns ``{figure name: first file written}``."""
+    run = Path(run_dir)
+    directory = RunDirectory(run)
+    directory.read_config()  # a clear error if this is not a run directory
+    out = run / "figures"
+    label = run.name
+    written: dict[str, Path] = {}
+
+    def keep(name: str, figure) -> None:
+        written[name] = save_figure(figure, out / name, formats)[0]
+
+    keep("metrics", metric_curves({label: run}, ylim=None))
+    written["metrics_interactive"] = save_plotly(
+        metric_curves_plotly({label: run}), out / "metrics_interactive.html"
+    )
+    if read_jsonl(directory.tracking / "latent_decoding.jsonl"):
+        keep("decoding_over_training", decoding_curves({label: run}))
+    for path in sorted(directory.tracking.glob("*.safetensors")):
+        # ActivationRecorder arrays: steps [n], values [n, ...]; rows = the first value axis
+        # (e.g. heads of a mean pattern [head, query, key]), averaged over the others.
+        stored = load_file(str(path))
+        values = stored["values"].float()
+        title = path.name.removesuffix(".safetensors")
+        if values.ndim > 2:
+            values = values.flatten(2).mean(-1)
+            title += " (mean over all but the first axis)"
+        elif values.ndim == 1:
+            values = values[:, None]
+        names = [f"index {i}" for i in range(values.shape[1])]
+        figure = tracked_heatmap(stored["steps"].tolist(), values.numpy(), names, title)
+        keep(f"tracked_{path.name.removesuffix('.safetensors')}", figure)
+    results = _probe_results(run)
+    if results is not None:
+        if "decoding" in results:
+            keep("decoding_by_head", decoding_by_head(results, title=label))
+        if "embedding" in results:
+            keep("code_embedding", code_embedding(results))
+            written["code_embedding_interactive"] = save_plotly(
+                code_embedding_plotly(results, title=label), out / "code_embedding_interactive.html"
+            )
+        if results.get("ablation"):
+            keep("head_ablation", head_ablation(results))
+        if "clustering" in results:
+            keep("structure", structure_scores({label: results}))
+    return written

@@ -1,0 +1,125 @@
+"""Latent codes of the analyses of reference/hyla.md section 6, with their labels.
+
+The latent code of a query-key pair is ``pattern[b, :, q, k]``, a vector over heads. A
+:class:`CodeSet` holds codes ``[examples, layer, head, key]`` for a fixed query and a list
+of keys, with the labels the protocols decode:
+
+- fuzzy logic: the last token on itself, ``a[:, T-1, T-1]``, with a fixed query input
+  shared by all tasks (``inputs="fixed_query"``); target: the K·L term bits.
+- SRAVEN: the final query token (the answer panel's last feature slot) towards the keys
+  holding the same feature in the first two panels of the last row; target: that
+  feature's rule.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from latentlens.models import HookedModel, pattern_hook_name
+from latentlens.probes.extraction import extract
+from latentlens.tasks import Batch, Task
+from latentlens.tasks.sraven import GRID
+
+
+@dataclass
+class CodeSet:
+    """``codes`` ``[examples, layer, head, key]``; ``target`` the decoded label
+    (``[examples]`` class ids or ``[examples, k]`` values); ``factors`` ``[examples, f]``
+    the generating factors for topographic similarity; ``groups`` ``[examples]`` ids of
+    the generating combination (for clustering); ``split`` where they came from."""
+
+    codes: torch.Tensor
+    target: torch.Tensor
+    factors: torch.Tensor
+    groups: torch.Tensor
+    split: str
+    target_kind: str  # "regression" or "classification"
+
+    def __len__(self) -> int:
+        return self.codes.shape[0]
+
+    def features(
+        self, layers: list[int] | None = None, heads: list[int] | None = None
+    ) -> torch.Tensor:
+        """Codes flattened to ``[examples, features]`` over the chosen layers and heads."""
+        codes = self.codes
+        if layers is not None:
+            codes = codes[:, layers]
+        if heads is not None:
+            codes = codes[:, :, heads]
+        return codes.reshape(len(codes), -1)
+
+
+def _layers(model: HookedModel) -> int:
+    return sum(1 for name in model.hook_dict if name.endswith("attn.hook_pattern"))
+
+
+def _stack(extraction_codes: dict[str, torch.Tensor], layers: int) -> torch.Tensor:
+    return torch.stack([extraction_codes[pattern_hook_name(i)] for i in range(layers)], dim=1)
+
+
+def fuzzy_logic_codes(
+    model: HookedModel, task: Task, split: str = "test", examples: int = 2_048, seed: int = 0
+) -> CodeSet:
+    """The last token's self-code per layer with the fixed query; target: term bits
+    ``[examples, K*L]``; factors: the same bits; groups: the term combination."""
+    layers = _layers(model)
+    names = [pattern_hook_name(i) for i in range(layers)]
+    select = {name: lambda act, batch: act[:, :, -1, -1:] for name in names}
+    got = extract(
+        model, task, split, names, examples, seed=seed, select=select,
+        sample_options={"inputs": "fixed_query"},
+    )  # fmt: skip
+    bits = got.labels["term_bits"].reshape(len(got), -1).float()
+    return CodeSet(
+        codes=_stack(got.activations, layers),
+        target=bits,
+        factors=bits,
+        groups=got.labels["combination"],
+        split=split,
+        target_kind="regression",
+    )
+
+
+def sraven_key_positions(batch: Batch, num_features: int) -> torch.Tensor:
+    """Token positions ``[batch, 2]`` of the answer panel's last feature in panels 6 and 7
+    (the first two of the last row), following the feature through the permutations."""
+    perms = batch.labels["permutations"]  # [batch, column, slot] -> feature
+    feature = perms[:, GRID - 1, num_features - 1]  # the feature in the answer's last slot
+    slots = (perms[:, : GRID - 1] == feature[:, None, None]).int().argmax(dim=-1)  # [batch, 2]
+    panels = torch.tensor([GRID * (GRID - 1), GRID * (GRID - 1) + 1], device=slots.device)
+    return panels * num_features + slots
+
+
+def sraven_codes(
+    model: HookedModel,
+    task: Task,
+    split: str = "test_unpermuted",
+    examples: int = 2_048,
+    seed: int = 0,
+) -> CodeSet:
+    """The final query's codes towards the same feature in panels 6 and 7, per layer:
+    ``[examples, layer, head, 2]``; target: that feature's rule (class ids)."""
+    layers = _layers(model)
+    num_features = task.config.num_features
+    names = [pattern_hook_name(i) for i in range(layers)]
+
+    def select(act: torch.Tensor, batch: Batch) -> torch.Tensor:
+        keys = sraven_key_positions(batch, num_features)  # [batch, 2]
+        last = act[:, :, -1, :]  # [batch, head, key]
+        return last.gather(2, keys[:, None, :].expand(-1, act.shape[1], -1))
+
+    got = extract(
+        model, task, split, names, examples, seed=seed, select=dict.fromkeys(names, select)
+    )
+    rule = got.labels["answer_rules"][:, -1]
+    return CodeSet(
+        codes=_stack(got.activations, layers),
+        target=rule,
+        factors=rule[:, None],
+        groups=rule,
+        split=split,
+        target_kind="classification",
+    )

@@ -1,0 +1,180 @@
+"""Interventions over ``run_with_hooks``: ablate a head, patch a query-key pair's latent
+code from other examples, swap the codes of two rules. Each returns the task metric before
+and after, and the change."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+import torch
+
+from latentlens.models import HookedModel, pattern_hook_name
+from latentlens.tasks import Batch, Task
+
+Hook = tuple[str, Callable]
+_Z_HOOK = re.compile(r"^(.*)blocks\.(\d+)\.attn\.hook_z$")
+
+
+@dataclass(frozen=True)
+class InterventionResult:
+    """``metric`` of the model on a batch without (``baseline``) and with the
+    intervention (``intervened``); ``change = intervened - baseline``."""
+
+    metric: str
+    baseline: float
+    intervened: float
+
+    @property
+    def change(self) -> float:
+        return self.intervened - self.baseline
+
+    def to_dict(self) -> dict[str, float | str]:
+        return {**asdict(self), "change": self.change}
+
+
+@torch.no_grad()
+def measure(
+    model: HookedModel, task: Task, batch: Batch, hooks: list[Hook], metric: str | None = None
+) -> InterventionResult:
+    """The metric on ``batch`` without and with ``hooks`` (eval mode, restored after)."""
+    was_training = model.training
+    model.eval()
+    try:
+        values = task.metrics(model(batch.inputs), batch)
+        metric = metric or next(iter(values))  # the task's first: R² or accuracy
+        if metric not in values:
+            raise ValueError(f"metric={metric!r} is not one of the task's {sorted(values)}")
+        baseline = float(values[metric])
+        output = model.run_with_hooks(batch.inputs, fwd_hooks=hooks)
+        intervened = float(task.metrics(output, batch)[metric])
+    finally:
+        model.train(was_training)
+    return InterventionResult(metric, baseline, intervened)
+
+
+def ablate_head(
+    model: HookedModel,
+    task: Task,
+    batch: Batch,
+    layer: int,
+    head: int,
+    mode: str = "zero",
+    metric: str | None = None,
+    prefix: str = "",
+) -> InterventionResult:
+    """Replace head ``head``'s output ``z`` in ``layer`` by zeros or by its mean over the
+    batch and positions (``mode``: ``zero`` or ``mean``)."""
+    if mode not in ("zero", "mean"):
+        raise ValueError(f"mode={mode!r} is invalid: choose 'zero' or 'mean'")
+    name = f"{prefix}blocks.{layer}.attn.hook_z"
+    if name not in model.hook_dict:
+        raise ValueError(f"{name} is not a hook point of this model")
+
+    def hook(z: torch.Tensor, hook: object) -> torch.Tensor:  # z: [batch, pos, head, d_head]
+        if not 0 <= head < z.shape[2]:
+            raise ValueError(f"head={head} is out of range: the layer has {z.shape[2]} heads")
+        z = z.clone()
+        z[:, :, head] = 0.0 if mode == "zero" else z[:, :, head].mean(dim=(0, 1))
+        return z
+
+    return measure(model, task, batch, [(name, hook)], metric)
+
+
+def head_ablation_table(
+    model: HookedModel, task: Task, batch: Batch, mode: str = "zero", metric: str | None = None
+) -> list[dict[str, float | int | str]]:
+    """Rows ``{"layer", "head", "metric", "baseline", "intervened", "change"}`` for every
+    head of every attention layer (``hook_z`` points, whatever their prefix)."""
+    found = sorted(
+        (match.group(1), int(match.group(2)), name)
+        for name in model.hook_dict
+        if (match := _Z_HOOK.match(name))
+    )
+    if not found:
+        raise ValueError("the model has no blocks.{l}.attn.hook_z hook point to ablate")
+    rows = []
+    for prefix, layer, name in found:
+        _, cache = model.run_with_cache(batch.inputs[:1], names_filter=[name])
+        for head in range(cache[name].shape[2]):
+            result = ablate_head(model, task, batch, layer, head, mode, metric, prefix)
+            rows.append({"layer": layer, "head": head, **result.to_dict()})
+    return rows
+
+
+def _pattern(model: HookedModel, inputs: torch.Tensor, layer: int) -> torch.Tensor:
+    name = pattern_hook_name(layer)
+    if name not in model.hook_dict:
+        raise ValueError(f"layer={layer} has no attention ({name} is not a hook point)")
+    with torch.no_grad():
+        _, cache = model.run_with_cache(inputs, names_filter=[name])
+    return cache[name]
+
+
+def patch_latent_code(
+    model: HookedModel,
+    task: Task,
+    batch: Batch,
+    source: Batch,
+    layer: int,
+    query: int,
+    key: int,
+    metric: str | None = None,
+) -> InterventionResult:
+    """Give every example of ``batch`` the latent code of pair (``query``, ``key``) in
+    ``layer`` that the matching example of ``source`` has; every other code is untouched."""
+    if len(source) != len(batch):
+        raise ValueError(f"source has {len(source)} examples, batch {len(batch)}: pass equal sizes")
+    donor = _pattern(model, source.inputs, layer)[:, :, query, key]  # [batch, head]
+
+    def hook(pattern: torch.Tensor, hook: object) -> torch.Tensor:
+        pattern = pattern.clone()
+        pattern[:, :, query, key] = donor
+        return pattern
+
+    return measure(model, task, batch, [(pattern_hook_name(layer), hook)], metric)
+
+
+def swap_rule_codes(
+    model: HookedModel,
+    task: Task,
+    batch: Batch,
+    rules: torch.Tensor,
+    rule_a: int,
+    rule_b: int,
+    layer: int,
+    query: int,
+    keys: torch.Tensor | int,
+    metric: str | None = None,
+) -> InterventionResult:
+    """Examples of rule ``rule_a`` get the mean latent code that rule ``rule_b`` examples
+    have at (``query``, ``keys``) in ``layer``, and vice versa; the metric is measured on
+    the examples of the two rules. ``rules`` ``[batch]``; ``keys`` an int or ``[batch]``
+    (per example, e.g. where a permuted feature sits)."""
+    rules = rules.to(batch.inputs.device)
+    chosen = (rules == rule_a) | (rules == rule_b)
+    if not (rules == rule_a).any() or not (rules == rule_b).any():
+        raise ValueError(
+            f"the batch needs examples of both rules {rule_a} and {rule_b}; it has "
+            f"{int((rules == rule_a).sum())} and {int((rules == rule_b).sum())}"
+        )
+    subset = Batch(
+        batch.inputs[chosen],
+        batch.targets[chosen],
+        {k: v[chosen] for k, v in batch.labels.items() if v.ndim and v.shape[0] == len(batch)},
+    )
+    sub_rules = rules[chosen]
+    rows = torch.arange(len(subset), device=rules.device)
+    key_index = torch.as_tensor(keys, device=rules.device)
+    key_index = key_index[chosen] if key_index.ndim else key_index.expand(len(subset))
+    codes = _pattern(model, subset.inputs, layer)[rows, :, query, key_index]  # [n, head]
+    mean_a, mean_b = codes[sub_rules == rule_a].mean(0), codes[sub_rules == rule_b].mean(0)
+    swapped = torch.where((sub_rules == rule_a)[:, None], mean_b, mean_a)
+
+    def hook(pattern: torch.Tensor, hook: object) -> torch.Tensor:
+        pattern = pattern.clone()
+        pattern[rows, :, query, key_index] = swapped
+        return pattern
+
+    return measure(model, task, subset, [(pattern_hook_name(layer), hook)], metric)

@@ -1,0 +1,189 @@
+"""Probe a trained run: the task's latent-code protocol, written to ``runs/NAME/probes/``.
+
+- fuzzy logic (reference/hyla.md section 6): the last token's self-code with a fixed query,
+  decoded to the term bits by ridge (fit on one half of the held-out-combination split,
+  R² on the other); clustering against the term combinations; topographic similarity
+  against the term bits; head ablations and latent-code patching on that split.
+- SRAVEN: the final query's codes towards the same feature in panels 6 and 7, a classifier
+  of that feature's rule fit on in-distribution tasks and scored on OOD tasks; clustering
+  and topographic similarity against the rule; head ablations; swapping the codes of two
+  rules.
+- modular ICL: ridge decoding of z from every layer (fit in-distribution, R² OOD); head
+  ablations.
+
+Everything lands in ``probes/results.json``; figures read it, never the model.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+
+from latentlens.probes.codes import CodeSet, fuzzy_logic_codes, sraven_codes, sraven_key_positions
+from latentlens.probes.decoding import decoding_table
+from latentlens.probes.interventions import head_ablation_table, patch_latent_code, swap_rule_codes
+from latentlens.probes.structure import cluster_scores, embed_codes, topographic_similarity
+from latentlens.probes.tracking import LatentDecodingTracker
+from latentlens.tasks.sraven import RULE_NAMES
+from latentlens.training.checkpoint import atomic_write_bytes
+from latentlens.training.trainer import Trainer
+
+RESULTS = "results.json"
+
+
+def probes_dir(run_dir: str | Path) -> Path:
+    return Path(run_dir) / "probes"
+
+
+def read_probe_results(run_dir: str | Path) -> dict[str, Any]:
+    """The results ``latentlens probe`` wrote for a run."""
+    path = probes_dir(run_dir) / RESULTS
+    if not path.is_file():
+        raise ValueError(f"{run_dir} has no {path.name}: run `latentlens probe {run_dir}` first")
+    return json.loads(path.read_text())
+
+
+def _embedding(sets: list[CodeSet], method: str, names: list[str] | None) -> dict[str, Any]:
+    """2-D embedding of the last layer's codes of every set, with label and split."""
+    codes = torch.cat([s.codes[:, -1].reshape(len(s), -1) for s in sets])
+    points = embed_codes(codes, method)
+    labels = torch.cat([s.groups for s in sets]).tolist()
+    return {
+        "method": method,
+        "layer": int(sets[0].codes.shape[1] - 1),
+        "x": points[:, 0].tolist(),
+        "y": points[:, 1].tolist(),
+        "label": [names[i] if names else str(i) for i in labels],
+        "split": [s.split for s in sets for _ in range(len(s))],
+    }
+
+
+def _structure(codes: CodeSet) -> dict[str, Any]:
+    features = codes.features()
+    return {
+        "clustering": cluster_scores(features, codes.groups),
+        "topography": topographic_similarity(features, codes.factors),
+    }
+
+
+def probe_fuzzy_logic(trainer: Trainer, examples: int, embedding: str, step: Callable) -> dict:
+    model, task = trainer.model, trainer.task
+    codes = fuzzy_logic_codes(model, task, "test", examples)
+    step("codes")
+    results: dict[str, Any] = {"decoding": decoding_table(codes, folds=2)}
+    step("decoding")
+    results.update(_structure(codes))
+    step("structure")
+    results["embedding"] = _embedding([codes], embedding, None)
+    batch = task.sample(min(examples, 1024), "test", task.make_generator(7))
+    results["ablation"] = head_ablation_table(model, task, batch)
+    source = task.sample(len(batch), "test", task.make_generator(8))
+    last = task.config.seq_len - 1
+    results["patching"] = [
+        {"layer": layer, "query": last, "key": last,
+         **patch_latent_code(model, task, batch, source, layer, last, last).to_dict()}
+        for layer in range(codes.codes.shape[1])
+    ]  # fmt: skip
+    step("interventions")
+    results["protocol"] = (
+        "codes: a[:, T-1, T-1] per layer and head, fixed query, split 'test' (held-out "
+        "combinations); decoding: ridge (alpha 1) to the K*L term bits, 2-fold; structure: "
+        "clusters vs term combinations, topographic similarity vs term bits"
+    )
+    return results
+
+
+def probe_sraven(trainer: Trainer, examples: int, embedding: str, step: Callable) -> dict:
+    model, task = trainer.model, trainer.task
+    fit = sraven_codes(model, task, "test_unpermuted", examples)
+    test = sraven_codes(model, task, "ood_unpermuted", examples, seed=1)
+    step("codes")
+    results: dict[str, Any] = {"decoding": decoding_table(fit, test)}
+    step("decoding")
+    results.update(_structure(test))
+    step("structure")
+    results["embedding"] = _embedding([fit, test], embedding, list(RULE_NAMES))
+    batch = task.sample(min(examples, 512), "ood_unpermuted", task.make_generator(7))
+    results["ablation"] = head_ablation_table(model, task, batch, metric="feature_accuracy")
+    rules = batch.labels["answer_rules"][:, -1]
+    keys = sraven_key_positions(batch, task.config.num_features)[:, 1]
+    last_layer = fit.codes.shape[1] - 1
+    swaps = []
+    for rule_a, rule_b in ((0, 1), (1, 3), (5, 6)):
+        if (rules == rule_a).any() and (rules == rule_b).any():
+            result = swap_rule_codes(
+                model, task, batch, rules, rule_a, rule_b, last_layer, -1, keys,
+                metric="feature_accuracy",
+            )  # fmt: skip
+            swaps.append(
+                {"rules": [RULE_NAMES[rule_a], RULE_NAMES[rule_b]], "layer": last_layer,
+                 **result.to_dict()}
+            )  # fmt: skip
+    results["rule_swaps"] = swaps
+    step("interventions")
+    results["protocol"] = (
+        "codes: the final query towards the same feature in panels 6 and 7, per layer and "
+        "head; decoding: logistic regression of that feature's rule, fit on "
+        "'test_unpermuted', scored on 'ood_unpermuted'; structure on the OOD codes"
+    )
+    return results
+
+
+def probe_modular_icl(trainer: Trainer, examples: int, embedding: str, step: Callable) -> dict:
+    tracker = LatentDecodingTracker(examples=examples)
+    results: dict[str, Any] = {"z_decoding": tracker.scores(trainer)}
+    step("decoding")
+    batch = trainer.task.sample(min(examples, 1024), "ood", trainer.task.make_generator(7))
+    results["ablation"] = head_ablation_table(trainer.model, trainer.task, batch)
+    step("interventions")
+    results["protocol"] = "ridge (alpha 1) from each layer's last-token residual to z, fit ID"
+    return results
+
+
+PROTOCOLS = {
+    "fuzzy-logic": (probe_fuzzy_logic, 4),
+    "sraven": (probe_sraven, 4),
+    "modular-icl": (probe_modular_icl, 2),
+}
+
+
+def probe_run(
+    run_dir: str | Path,
+    examples: int = 2_048,
+    embedding: str = "pca",
+    checkpoint: int | None = None,
+    device: str = "auto",
+    quiet: bool = False,
+) -> dict[str, Any]:
+    """Run the task's probes on a trained run and write ``probes/results.json``."""
+    trainer = Trainer.load(run_dir, checkpoint, device)
+    if trainer.model_kind != "transformer" and trainer.task_name != "modular-icl":
+        raise ValueError(
+            f"no probe protocol for a {trainer.model_kind} model on {trainer.task_name}"
+        )
+    protocol, stages = PROTOCOLS[trainer.task_name]
+    bar = tqdm(total=stages, desc=f"probe {Path(run_dir).name}", disable=quiet, leave=False)
+
+    def step(stage: str) -> None:
+        bar.set_postfix_str(stage)
+        bar.update(1)
+
+    with bar:
+        results = protocol(trainer, examples, embedding, step)
+    results = {
+        "task": trainer.task_name,
+        "model_kind": trainer.model_kind,
+        "attention": trainer.config["model"].get("attention"),
+        "step": trainer.step,
+        "examples": examples,
+        **results,
+    }
+    out = probes_dir(run_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(out / RESULTS, (json.dumps(results, indent=1) + "\n").encode())
+    return results

@@ -1,0 +1,111 @@
+"""Structure of latent codes: clustering against the true rules, 2-D embeddings, and
+topographic similarity (do codes that are close come from rules that are close?)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from scipy.spatial.distance import pdist, squareform
+from scipy.stats import spearmanr
+from sklearn.cluster import AgglomerativeClustering, KMeans
+from sklearn.decomposition import PCA
+from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
+
+from latentlens.probes.linear import ArrayLike, as_classes, as_matrix, check_pair
+
+CLUSTERINGS = ("kmeans", "agglomerative")
+EMBEDDINGS = ("pca", "umap")
+
+
+def cluster_scores(
+    codes: ArrayLike,
+    labels: ArrayLike,
+    n_clusters: int | None = None,
+    methods: tuple[str, ...] = CLUSTERINGS,
+    seed: int = 0,
+) -> dict[str, dict[str, float]]:
+    """ARI and NMI of each clustering of ``codes`` ``[n, d]`` against ``labels`` ``[n]``;
+    ``n_clusters`` defaults to the number of distinct labels."""
+    x, y = as_matrix("codes", codes), as_classes("labels", labels)
+    check_pair(x, y, "codes and labels")
+    unknown = sorted(set(methods) - set(CLUSTERINGS))
+    if unknown:
+        raise ValueError(f"methods {unknown} are unknown; choose from {list(CLUSTERINGS)}")
+    k = n_clusters or len(np.unique(y))
+    if k < 2:
+        raise ValueError("the labels hold a single class: clustering needs at least 2 to score")
+    if k > len(x):
+        raise ValueError(f"n_clusters={k} exceeds the {len(x)} examples")
+    results = {}
+    for method in methods:
+        if method == "kmeans":
+            found = KMeans(n_clusters=k, n_init=10, random_state=seed).fit_predict(x)
+        else:
+            found = AgglomerativeClustering(n_clusters=k, linkage="ward").fit_predict(x)
+        results[method] = {
+            "ari": float(adjusted_rand_score(y, found)),
+            "nmi": float(normalized_mutual_info_score(y, found)),
+            "n_clusters": k,
+        }
+    return results
+
+
+def embed_codes(codes: ArrayLike, method: str = "pca", seed: int = 0) -> np.ndarray:
+    """A 2-D embedding ``[n, 2]`` of ``codes`` ``[n, d]`` by PCA or UMAP (imported lazily:
+    umap-learn compiles with numba on first use)."""
+    x = as_matrix("codes", codes)
+    if method not in EMBEDDINGS:
+        raise ValueError(f"method={method!r} is unknown; choose from {list(EMBEDDINGS)}")
+    if len(x) < 3:
+        raise ValueError(f"{len(x)} codes are too few to embed; pass at least 3")
+    if method == "pca":
+        if x.shape[1] == 1:
+            return np.concatenate([x - x.mean(), np.zeros_like(x)], axis=1)
+        return PCA(n_components=2, random_state=seed).fit_transform(x)
+    import umap  # noqa: PLC0415  (slow import, only when asked for)
+
+    neighbours = min(15, len(x) - 1)
+    reducer = umap.UMAP(n_components=2, n_neighbors=neighbours, random_state=seed, n_jobs=1)
+    return reducer.fit_transform(x)
+
+
+def topographic_similarity(
+    codes: ArrayLike,
+    factors: ArrayLike,
+    n_permutations: int = 499,
+    max_examples: int = 300,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Spearman correlation between pairwise Euclidean distances of latent codes
+    ``[n, d]`` and Hamming distances of the factors that generated them ``[n, f]``
+    (e.g. term bits, rule ids), with a one-sided permutation p-value: the factors are
+    shuffled across examples ``n_permutations`` times, and
+    ``p = (1 + #{rho_perm >= rho}) / (1 + n_permutations)``. At most ``max_examples``
+    examples (drawn with ``seed``) enter, as pairs grow quadratically."""
+    x, f = as_matrix("codes", codes), as_matrix("factors", factors)
+    check_pair(x, f, "codes and factors")
+    rng = np.random.default_rng(seed)
+    if len(x) > max_examples:
+        keep = rng.choice(len(x), max_examples, replace=False)
+        x, f = x[keep], f[keep]
+    if len(x) < 4:
+        raise ValueError(f"{len(x)} examples are too few for a rank correlation of pairs")
+    code_distances = pdist(x, "euclidean")
+    factor_square = squareform(pdist(f, "hamming"))
+    if np.ptp(code_distances) == 0 or np.ptp(factor_square) == 0:
+        raise ValueError("all codes or all factors are identical: the correlation is undefined")
+    upper = np.triu_indices(len(x), k=1)
+    rho = float(spearmanr(code_distances, factor_square[upper]).statistic)
+    exceed = 0
+    for _ in range(n_permutations):
+        order = rng.permutation(len(x))
+        permuted = factor_square[np.ix_(order, order)][upper]
+        exceed += spearmanr(code_distances, permuted).statistic >= rho
+    return {
+        "rho": rho,
+        "p_value": float((1 + exceed) / (1 + n_permutations)),
+        "examples": len(x),
+        "pairs": len(code_distances),
+        "permutations": n_permutations,
+    }

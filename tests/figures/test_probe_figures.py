@@ -1,0 +1,155 @@
+"""Probe figures and the report: every function writes its files; the HTML is
+self-contained and, where Chromium is installed, loads without console errors."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from html.parser import HTMLParser
+from pathlib import Path
+
+import numpy as np
+import plotly.graph_objects as go
+import pytest
+
+from latentlens.figures import (
+    code_embedding,
+    code_embedding_plotly,
+    decoding_by_head,
+    head_ablation,
+    save_figure,
+    save_plotly,
+    structure_scores,
+    tracked_heatmap,
+)
+from latentlens.report import Section, write_report
+
+
+def fake_results(layers: int = 2, heads: int = 3) -> dict:
+    rng = np.random.default_rng(0)
+    decoding = [{"layer": "all", "heads": "all", "metric": "accuracy", "fit": 1.0, "test": 0.9,
+                 "chance": 0.2, "shuffled": 0.21}]  # fmt: skip
+    for layer in range(layers):
+        for heads_label in [
+            "all",
+            *[f"h{h}" for h in range(heads)],
+            *[f"-h{h}" for h in range(heads)],
+        ]:
+            decoding.append({"layer": layer, "heads": heads_label, "metric": "accuracy",
+                             "fit": 0.9, "test": float(rng.uniform()), "chance": 0.2,
+                             "shuffled": 0.2})  # fmt: skip
+    n = 60
+    return {
+        "decoding": decoding,
+        "embedding": {
+            "method": "pca",
+            "layer": 1,
+            "x": rng.normal(size=n).tolist(),
+            "y": rng.normal(size=n).tolist(),
+            "label": [["constant", "addition", "subtraction"][i % 3] for i in range(n)],
+            "split": ["test_unpermuted"] * 30 + ["ood_unpermuted"] * 30,
+        },  # fmt: skip
+        "ablation": [
+            {
+                "layer": l_,
+                "head": h,
+                "metric": "accuracy",
+                "baseline": 0.5,
+                "intervened": 0.4,
+                "change": -0.1 * h,
+            }
+            for l_ in range(layers)
+            for h in range(heads)
+        ],  # fmt: skip
+        "clustering": {
+            m: {"ari": 0.5, "nmi": 0.6, "n_clusters": 3} for m in ("kmeans", "agglomerative")
+        },  # fmt: skip
+        "topography": {"rho": 0.3, "p_value": 0.002},
+    }
+
+
+def test_each_probe_figure_writes_png_svg_and_html(tmp_path: Path) -> None:
+    results = fake_results()
+    figures = {
+        "decoding": decoding_by_head(results, title="run"),
+        "embedding": code_embedding(results),
+        "ablation": head_ablation(results),
+        "structure": structure_scores({"softmax": results, "HYLA": results}),
+        "tracked": tracked_heatmap([1, 2, 3], np.ones((3, 4)), ["a", "b", "c", "d"], "x"),
+    }
+    for name, figure in figures.items():
+        paths = save_figure(figure, tmp_path / name, formats=("png", "svg", "html"))
+        assert [p.suffix for p in paths] == [".png", ".svg", ".html"]
+        assert all(p.stat().st_size > 500 for p in paths)
+        assert "<svg" in paths[2].read_text()
+    heat = figures["decoding"].axes[0]
+    assert heat.get_xlabel() == "head" and heat.get_ylabel() == "layer"
+    emb = figures["embedding"].axes[0]
+    legend = [t.get_text() for t in emb.get_legend().get_texts()]
+    assert "out-of-distribution" in legend and "constant" in legend
+    path = save_plotly(code_embedding_plotly(results), tmp_path / "embedding.html")
+    assert "plotly" in path.read_text()[:100_000]
+    with pytest.raises(ValueError, match=r"\.html"):
+        save_plotly(code_embedding_plotly(results), tmp_path / "embedding.png")
+    with pytest.raises(ValueError, match="no 'decoding'"):
+        decoding_by_head({})
+    with pytest.raises(ValueError, match=r"values must be \[steps, features\]"):
+        tracked_heatmap([1, 2], np.ones((3, 4)), ["a"] * 4, "x")
+
+
+class _Sources(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.sources: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list) -> None:
+        self.sources += [v for k, v in attrs if k in ("src", "href") and v]
+
+
+def chromium() -> str | None:
+    return next(
+        (shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome")
+         if shutil.which(n)), None,
+    )  # fmt: skip
+
+
+def make_report(tmp_path: Path) -> tuple[Path, Path]:
+    figure_path = save_figure(head_ablation(fake_results()), tmp_path / "figures" / "ablation")[0]
+    interactive = go.Figure(go.Scatter(x=[1, 2], y=[3, 4]))
+    markdown, page = write_report(
+        tmp_path, "a report",
+        [Section("What was run", ["Command: `latentlens demo`"], table=[{"a": 1.0, "b": "x"}],
+                 figures=[(figure_path, "head ablation")], interactive=[interactive])],
+    )  # fmt: skip
+    return markdown, page
+
+
+def test_report_is_self_contained(tmp_path: Path) -> None:
+    markdown, page = make_report(tmp_path)
+    text = markdown.read_text()
+    assert "![head ablation](figures/ablation.png)" in text and "| 1.000 | x |" in text
+    html = page.read_text()
+    parser = _Sources()
+    parser.feed(html)
+    assert parser.sources and all(s.startswith("data:") for s in parser.sources)
+    assert "<code>latentlens demo</code>" in html
+    assert len(re.findall(r"<script>", html)) >= 1  # plotly.js inline, no CDN
+    with pytest.raises(ValueError, match="does not exist"):
+        write_report(tmp_path, "x", [Section("s", figures=[(tmp_path / "none.png", "c")])])
+
+
+def test_report_opens_in_headless_chromium_without_console_errors(tmp_path: Path) -> None:
+    browser = chromium()
+    if browser is None:
+        pytest.skip(
+            "no Chromium installed (Debian's chromium package): the console check is skipped"
+        )
+    _, page = make_report(tmp_path)
+    done = subprocess.run(
+        [browser, "--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr",
+         "--v=0", "--dump-dom", page.as_uri()],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    console = [line for line in done.stderr.splitlines() if "CONSOLE" in line or "Uncaught" in line]
+    assert done.returncode == 0 and not console, console

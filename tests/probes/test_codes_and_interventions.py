@@ -1,0 +1,140 @@
+"""The protocols' code sets, decoding tables over heads, and interventions."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from latentlens.models import DecoderTransformer
+from latentlens.probes.codes import CodeSet, fuzzy_logic_codes, sraven_codes, sraven_key_positions
+from latentlens.probes.decoding import decoding_table
+from latentlens.probes.interventions import (
+    ablate_head,
+    head_ablation_table,
+    patch_latent_code,
+    swap_rule_codes,
+)
+from latentlens.tasks import make_task
+from latentlens.training import model_for_task
+
+SMALL = dict(d_model=32, n_heads=4, qk_dim=8, v_dim=8, d_mlp=64)
+
+
+def model_for(task: str, **extra) -> DecoderTransformer:
+    torch.manual_seed(0)
+    return DecoderTransformer(model_for_task(task, None, **SMALL, **extra)).eval()
+
+
+def test_sraven_keys_follow_the_permuted_feature() -> None:
+    task = make_task("sraven", None, seed=0)
+    batch = task.sample(64, "train")  # permuted
+    num_features = task.config.num_features
+    keys = sraven_key_positions(batch, num_features)
+    perms, grid = batch.labels["permutations"], batch.labels["grid"]
+    feature = perms[:, 2, -1]
+    for b in range(64):
+        for column in (0, 1):
+            position = int(keys[b, column])
+            panel, slot = divmod(position, num_features)
+            assert panel == 6 + column
+            assert perms[b, column, slot] == feature[b]  # the same feature as the answer slot
+            assert batch.inputs[b, position].argmax() == grid[b, 2, column, slot]
+    unpermuted = task.sample(8, "test_unpermuted")
+    expected = torch.tensor([6 * num_features + 3, 7 * num_features + 3])
+    assert torch.equal(sraven_key_positions(unpermuted, num_features), expected.expand(8, 2))
+
+
+def test_code_sets_have_the_protocol_shapes_and_labels() -> None:
+    logic = make_task("fuzzy-logic", None, seed=0)
+    codes = fuzzy_logic_codes(model_for("fuzzy-logic"), logic, "test", examples=40)
+    assert codes.codes.shape == (40, 2, 4, 1) and codes.target.shape == (40, 8)
+    assert codes.features().shape == (40, 8) and codes.features([1], [0, 2]).shape == (40, 2)
+    raven = make_task("sraven", None, seed=0)
+    model = model_for("sraven", n_layers=2)
+    codes = sraven_codes(model, raven, "ood_unpermuted", examples=24)
+    assert codes.codes.shape == (24, 2, 4, 2) and codes.target.shape == (24,)
+    # the codes are the pattern entries of the final query at the two keys
+    generator = raven.make_generator(0)
+    batch = raven.sample(24, "ood_unpermuted", generator)
+    _, cache = model.run_with_cache(batch.inputs, names_filter=["blocks.1.attn.hook_pattern"])
+    keys = sraven_key_positions(batch, 4)
+    pattern = cache["blocks.1.attn.hook_pattern"]
+    for b in range(24):
+        torch.testing.assert_close(codes.codes[b, 1], pattern[b, :, -1, keys[b]])
+    assert torch.equal(codes.target, batch.labels["answer_rules"][:, -1])
+
+
+def test_decoding_table_finds_the_head_that_carries_the_rule() -> None:
+    generator = torch.Generator().manual_seed(0)
+    rules = torch.randint(0, 3, (600,), generator=generator)
+    codes = torch.rand(600, 2, 3, 2, generator=generator)
+    codes[:, 1, 2, 0] = rules.float() + 0.05 * torch.randn(600, generator=generator)
+    fit = CodeSet(codes[:300], rules[:300], rules[:300, None], rules[:300], "id", "classification")
+    test = CodeSet(
+        codes[300:], rules[300:], rules[300:, None], rules[300:], "ood", "classification"
+    )
+    rows = {(r["layer"], r["heads"]): r for r in decoding_table(fit, test)}
+    assert rows[("all", "all")]["test"] == 1.0
+    assert rows[(1, "h2")]["test"] == 1.0
+    assert rows[(1, "-h2")]["test"] < 0.5  # dropping the carrier loses the rule
+    assert rows[(0, "all")]["test"] < 0.5  # layer 0 carries nothing
+    assert rows[(1, "h2")]["shuffled"] < 0.5
+    assert len(rows) == 1 + 2 * (1 + 3 + 3)
+
+
+def test_head_ablation_equals_a_manual_zeroing_and_a_dead_head_changes_nothing() -> None:
+    task = make_task("fuzzy-logic", None, seed=0)
+    model = model_for("fuzzy-logic")
+    batch = task.sample(64, "test")
+    result = ablate_head(model, task, batch, layer=0, head=1)
+
+    def zero(z, hook):
+        z[:, :, 1] = 0.0
+        return z
+
+    with torch.no_grad():
+        manual = model.run_with_hooks(batch.inputs, fwd_hooks=[("blocks.0.attn.hook_z", zero)])
+    assert result.intervened == pytest.approx(float(task.metrics(manual, batch)["r2"]))
+    assert result.change != 0.0
+    with torch.no_grad():
+        model.blocks[1].attn.W_O[3] = 0.0  # head 3 of layer 1 writes nothing
+    rows = head_ablation_table(model, task, batch)
+    assert len(rows) == 8
+    dead = next(r for r in rows if (r["layer"], r["head"]) == (1, 3))
+    assert dead["change"] == 0.0
+    mean = ablate_head(model, task, batch, layer=0, head=1, mode="mean")
+    assert mean.intervened != result.intervened
+    with pytest.raises(ValueError, match="mode='drop'"):
+        ablate_head(model, task, batch, 0, 1, mode="drop")
+
+
+def test_patching_from_itself_is_a_no_op_and_from_others_changes_the_metric() -> None:
+    task = make_task("fuzzy-logic", None, seed=0)
+    model = model_for("fuzzy-logic")
+    batch = task.sample(64, "test")
+    same = patch_latent_code(model, task, batch, batch, layer=1, query=15, key=15)
+    assert same.change == pytest.approx(0.0, abs=1e-6)
+    other = task.sample(64, "test", task.make_generator(9))
+    changed = patch_latent_code(model, task, batch, other, layer=1, query=15, key=15)
+    assert abs(changed.change) > 1e-4
+    with pytest.raises(ValueError, match="equal sizes"):
+        patch_latent_code(model, task, batch, task.sample(3, "test"), 1, 15, 15)
+
+
+def test_swapping_rule_codes() -> None:
+    task = make_task("sraven", None, seed=0)
+    model = model_for("sraven", n_layers=2)
+    batch = task.sample(256, "test_unpermuted")
+    rules = batch.labels["answer_rules"][:, -1]
+    keys = sraven_key_positions(batch, 4)[:, 1]
+    result = swap_rule_codes(model, task, batch, rules, 0, 5, 1, -1, keys, "feature_accuracy")
+    assert result.metric == "feature_accuracy" and 0.0 <= result.intervened <= 1.0
+    # measured on exactly the examples of the two rules
+    chosen = (rules == 0) | (rules == 5)
+    with torch.no_grad():
+        subset_out = model(batch.inputs[chosen])
+    sub = type(batch)(batch.inputs[chosen], batch.targets[chosen], {})
+    expected = float(task.metrics(subset_out, sub)["feature_accuracy"])
+    assert result.baseline == pytest.approx(expected)
+    with pytest.raises(ValueError, match="needs examples of both rules"):
+        swap_rule_codes(model, task, batch, rules, 0, 99, 1, -1, keys)

@@ -1,0 +1,65 @@
+"""Clustering, embeddings and topographic similarity on codes with a known answer."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from latentlens.probes.structure import cluster_scores, embed_codes, topographic_similarity
+
+
+def test_planted_clusters_are_found_and_random_codes_are_not() -> None:
+    rng = np.random.default_rng(0)
+    rules = rng.integers(0, 5, size=500)
+    codes = rng.normal(size=(5, 6))[rules] * 5 + 0.1 * rng.normal(size=(500, 6))
+    found = cluster_scores(codes, rules)
+    for method in ("kmeans", "agglomerative"):
+        assert found[method]["ari"] > 0.99 and found[method]["nmi"] > 0.99
+        assert found[method]["n_clusters"] == 5
+    random = cluster_scores(rng.normal(size=(500, 6)), rules)
+    assert all(abs(random[m]["ari"]) < 0.05 for m in random)
+
+
+def test_topographic_similarity_of_a_compositional_code_and_of_noise() -> None:
+    rng = np.random.default_rng(0)
+    bits = rng.integers(0, 2, size=(200, 8))
+    # each bit moves the code along its own direction: code distance grows with Hamming
+    compositional = bits @ rng.normal(size=(8, 16)) + 0.05 * rng.normal(size=(200, 16))
+    result = topographic_similarity(compositional, bits, n_permutations=99)
+    assert result["rho"] > 0.5 and result["p_value"] == pytest.approx(0.01)
+    noise = topographic_similarity(rng.normal(size=(200, 16)), bits, n_permutations=99)
+    assert abs(noise["rho"]) < 0.05 and noise["p_value"] > 0.05
+    assert result["pairs"] == 200 * 199 // 2
+
+
+def test_embeddings_and_errors() -> None:
+    rng = np.random.default_rng(0)
+    codes = rng.normal(size=(50, 4))
+    points = embed_codes(codes, "pca")
+    assert points.shape == (50, 2)
+    assert np.var(points[:, 0]) >= np.var(points[:, 1])  # first component: most variance
+    assert embed_codes(codes[:, :1], "pca").shape == (50, 2)
+    with pytest.raises(ValueError, match="method='tsne'"):
+        embed_codes(codes, "tsne")
+    with pytest.raises(ValueError, match="single class"):
+        cluster_scores(codes, np.zeros(50, dtype=int))
+    with pytest.raises(ValueError, match="50 feature rows but 49"):
+        cluster_scores(codes, np.zeros(49, dtype=int))
+    with pytest.raises(ValueError, match="identical"):
+        topographic_similarity(np.ones((10, 2)), rng.integers(0, 2, size=(10, 3)))
+
+
+def test_umap_is_imported_only_when_asked_for_and_separates_planted_clusters() -> None:
+    import subprocess
+    import sys
+
+    probe = "import sys, latentlens.probes, latentlens.figures; print('umap' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert done.stdout.strip() == "False", done.stderr
+    rng = np.random.default_rng(0)
+    rules = np.repeat([0, 1], 40)
+    codes = np.array([[0.0] * 4, [8.0] * 4])[rules] + rng.normal(size=(80, 4))
+    points = embed_codes(codes, "umap")  # numba compiles here: ~40 s on 2 cores
+    assert points.shape == (80, 2)
+    found = cluster_scores(points, rules)
+    assert found["kmeans"]["ari"] > 0.95

@@ -1,0 +1,55 @@
+"""`latentlens probe`, `figures` and `demo` through the real entry point."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from latentlens.cli import main
+
+
+def latentlens(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "latentlens", *args], capture_output=True, text=True, timeout=600
+    )
+
+
+def test_demo_at_tiny_size_writes_runs_figures_and_reports(tmp_path: Path) -> None:
+    out = tmp_path / "demo"
+    done = latentlens("demo", "--size", "tiny", "--steps", "10", "--out", str(out), "--quiet")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "report.html" in done.stdout
+    for variant in ("softmax", "linear", "hyla"):
+        results = json.loads((out / variant / "probes" / "results.json").read_text())
+        assert results["attention"] == variant and results["step"] == 10
+        assert {"decoding", "clustering", "topography", "embedding", "ablation"} <= set(results)
+        for name in ("metrics.png", "decoding_by_head.svg", "code_embedding.html",
+                     "code_embedding_interactive.html", "head_ablation.png"):  # fmt: skip
+            assert (out / variant / "figures" / name).is_file(), name
+    report = (out / "report.md").read_text()
+    assert "## What was run" in report and "| HYLA |" in report
+    assert (out / "report.html").stat().st_size > 100_000
+    again = latentlens("demo", "--size", "tiny", "--steps", "10", "--out", str(out), "--quiet")
+    assert again.returncode == 0  # finished runs are reused, the report rewritten
+    other = latentlens("demo", "--size", "tiny", "--steps", "12", "--out", str(out), "--quiet")
+    assert other.returncode == 2 and "holds a different run" in other.stderr
+
+
+def test_probe_and_figures_commands_on_a_sraven_run(tmp_path: Path, capsys) -> None:
+    run = tmp_path / "raven"
+    args = ["train", "--task", "sraven", "--d-model", "16", "--n-heads", "4", "--qk-dim", "8",
+            "--v-dim", "8", "--d-mlp", "32", "--n-layers", "2", "--steps", "4", "--eval-every",
+            "4", "--batch-size", "16", "--eval-examples", "32", "--run-dir", str(run),
+            "--quiet", "--device", "cpu"]  # fmt: skip
+    assert main(args) == 0
+    assert main(["probe", str(run), "--examples", "128", "--quiet", "--device", "cpu"]) == 0
+    printed = capsys.readouterr().out
+    assert "decoding (accuracy" in printed and "topographic similarity" in printed
+    results = json.loads((run / "probes" / "results.json").read_text())
+    assert results["task"] == "sraven" and "rule_swaps" in results
+    assert main(["figures", str(run), "--formats", "png"]) == 0
+    assert (run / "figures" / "decoding_by_head.png").is_file()
+    assert main(["figures", str(run), "--formats", "gif"]) == 2
+    assert main(["probe", str(tmp_path / "missing")]) == 2
