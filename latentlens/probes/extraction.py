@@ -72,24 +72,33 @@ def extract(
     generator = task.make_generator(seed)
     was_training = model.training
     model.eval()
-    parts: dict[str, list[torch.Tensor]] = {name: [] for name in hook_names}
-    label_parts: dict[str, list[torch.Tensor]] = {}
+    # Outputs are allocated once, at full size, and filled batch by batch: no list of
+    # chunks to concatenate (which would double the peak) and no views of the caches.
+    activations: dict[str, torch.Tensor] = {}
+    labels: dict[str, torch.Tensor] = {}
     seen = 0
     try:
         while seen < examples:
             size = min(batch_size, examples - seen)
             batch = task.sample(size, split, generator, **dict(sample_options or {}))
             _, cache = model.run_with_cache(batch.inputs, names_filter=lambda n: n in wanted)
-            for name in hook_names:
-                kept = select.get(name, last_position)(cache[name], batch)
-                parts[name].append(kept.float().cpu())
+            kept = {n: select.get(n, last_position)(cache[n], batch) for n in hook_names}
+            del cache
+            for name, value in kept.items():
+                _fill(activations, name, value.detach().float(), seen, examples)
             for name, label in batch.labels.items():
                 if label.ndim and label.shape[0] == size:
-                    label_parts.setdefault(name, []).append(label.cpu())
+                    _fill(labels, name, label, seen, examples)
             seen += size
     finally:
         model.train(was_training)
-    return Extraction(
-        {name: torch.cat(chunks) for name, chunks in parts.items()},
-        {name: torch.cat(chunks) for name, chunks in label_parts.items()},
-    )
+    return Extraction(activations, labels)
+
+
+def _fill(
+    out: dict[str, torch.Tensor], name: str, value: torch.Tensor, start: int, total: int
+) -> None:
+    """Copy a batch's ``value`` into rows ``start:`` of ``out[name]`` (made on first use)."""
+    if name not in out:
+        out[name] = torch.empty((total, *value.shape[1:]), dtype=value.dtype)
+    out[name][start : start + len(value)].copy_(value)
