@@ -11,6 +11,8 @@ from latentlens.models.config import (
     TransformerConfig,
     resolve_variant,
 )
+from latentlens.models.encoder_decoder import EncoderDecoderConfig, EncoderDecoderTransformer
+from latentlens.models.fusion import CONNECTIONS, FuseAttention, LayerConnection
 from latentlens.models.hooked import HookedModel
 from latentlens.models.hypernetwork import HypernetworkConfig, HypernetworkTransformer
 from latentlens.models.latent import latent_codes, pattern_hook_name
@@ -32,6 +34,7 @@ from latentlens.models.transformer import MLP, DecoderTransformer, TransformerBl
 __all__ = [
     "ACTIVATIONS",
     "ACTIVATION_FUNCTIONS",
+    "CONNECTIONS",
     "MLP",
     "MODEL_ALIASES",
     "MODEL_KINDS",
@@ -42,9 +45,13 @@ __all__ = [
     "AttentionConfig",
     "AttentionVariant",
     "DecoderTransformer",
+    "EncoderDecoderConfig",
+    "EncoderDecoderTransformer",
+    "FuseAttention",
     "HookedModel",
     "HypernetworkConfig",
     "HypernetworkTransformer",
+    "LayerConnection",
     "RelativePositionBias",
     "TransformerBlock",
     "TransformerConfig",

@@ -6,6 +6,7 @@ from typing import Any
 
 from latentlens.configs import JsonConfig
 from latentlens.models.config import TransformerConfig
+from latentlens.models.encoder_decoder import EncoderDecoderConfig, EncoderDecoderTransformer
 from latentlens.models.hooked import HookedModel
 from latentlens.models.hypernetwork import HypernetworkConfig, HypernetworkTransformer
 from latentlens.models.transformer import DecoderTransformer
@@ -13,8 +14,14 @@ from latentlens.models.transformer import DecoderTransformer
 MODEL_KINDS: dict[str, tuple[type[JsonConfig], type[HookedModel]]] = {
     "transformer": (TransformerConfig, DecoderTransformer),
     "hypernetwork": (HypernetworkConfig, HypernetworkTransformer),
+    "encoder-decoder": (EncoderDecoderConfig, EncoderDecoderTransformer),
 }
 MODEL_ALIASES = {"vanilla": "transformer"}
+# What a kind name means for a sequence-to-sequence task: (kind, config overrides).
+TASK_MODEL_KINDS: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {
+    ("translation", "transformer"): ("encoder-decoder", {}),
+    ("translation", "fusion"): ("encoder-decoder", {"fuse": "both"}),
+}
 
 
 def resolve_model_kind(kind: str) -> str:
@@ -42,6 +49,14 @@ def build_model(kind: str, config: Any) -> HookedModel:
 
 
 def model_preset(kind: str, task: str, **overrides: Any) -> Any:
-    """The reference's model of ``kind`` for ``task``, with ``overrides`` applied."""
+    """The reference's model of ``kind`` for ``task``, with ``overrides`` applied. On
+    ``translation``, ``transformer`` is the plain encoder-decoder and ``fusion`` the
+    encoder-decoder with fuse-attention (``fuse="both"`` unless overridden)."""
+    kind = MODEL_ALIASES.get(kind, kind)
+    if (task, kind) in TASK_MODEL_KINDS:
+        kind, defaults = TASK_MODEL_KINDS[(task, kind)]
+        overrides = {**defaults, **overrides}
+    elif kind == "fusion":
+        raise ValueError(f"model='fusion' is for the translation task, not {task!r}")
     config_cls = MODEL_KINDS[resolve_model_kind(kind)][0]
     return config_cls.preset(task, **overrides)  # type: ignore[attr-defined]

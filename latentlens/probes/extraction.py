@@ -81,7 +81,8 @@ def extract(
         while seen < examples:
             size = min(batch_size, examples - seen)
             batch = task.sample(size, split, generator, **dict(sample_options or {}))
-            _, cache = model.run_with_cache(batch.inputs, names_filter=lambda n: n in wanted)
+            inputs = task.model_inputs(batch)
+            _, cache = model.run_with_cache(*inputs, names_filter=lambda n: n in wanted)
             kept = {n: select.get(n, last_position)(cache[n], batch) for n in hook_names}
             del cache
             for name, value in kept.items():

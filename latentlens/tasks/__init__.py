@@ -18,11 +18,18 @@ from latentlens.tasks.modular_icl import (
     two_hot_masks,
 )
 from latentlens.tasks.sraven import RULE_NAMES, SRavenConfig, SRavenTask, rule_answers
+from latentlens.tasks.translation import (
+    TranslationConfig,
+    TranslationTask,
+    bleu,
+    compound_translation_error_rate,
+)
 
 TASKS: dict[str, tuple[type[Task], type]] = {
     "fuzzy-logic": (FuzzyLogicTask, FuzzyLogicConfig),
     "sraven": (SRavenTask, SRavenConfig),
     "modular-icl": (ModularICLTask, ModularICLConfig),
+    "translation": (TranslationTask, TranslationConfig),
 }
 
 
@@ -51,6 +58,10 @@ __all__ = [
     "SRavenConfig",
     "SRavenTask",
     "Task",
+    "TranslationConfig",
+    "TranslationTask",
+    "bleu",
+    "compound_translation_error_rate",
     "fuzzy_dnf",
     "is_compositional",
     "is_connected",

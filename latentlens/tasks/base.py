@@ -106,6 +106,10 @@ class Task:
         :meth:`metric_sums` of its batches."""
         return {name: total / count for name, total in sums.items()}
 
+    def model_inputs(self, batch: Batch) -> tuple[torch.Tensor, ...]:
+        """The positional arguments a model of this task takes (default: the inputs)."""
+        return (batch.inputs,)
+
     def model_io(self) -> dict[str, int]:
         """The model sizes this task fixes: ``n_ctx``, ``d_input`` and ``d_output``."""
         raise NotImplementedError

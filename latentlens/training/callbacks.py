@@ -77,7 +77,7 @@ class ActivationRecorder(Callback):
         trainer.model.eval()
         with torch.no_grad():
             _, cache = trainer.model.run_with_cache(
-                batch.inputs, names_filter=lambda name: name in self.hook_names
+                *trainer.task.model_inputs(batch), names_filter=lambda name: name in self.hook_names
             )
         trainer.model.train(was_training)
         self.steps.append(step)

@@ -271,7 +271,7 @@ class Trainer:
         batch = self.task.sample(self.train_cfg.batch_size, "train", self.data_generator)
         batch = self.dist.rows(batch)
         with self.autocast():
-            loss = self.task.loss(self.forward(batch.inputs).float(), batch)
+            loss = self.task.loss(self.forward(*self.task.model_inputs(batch)).float(), batch)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if self.train_cfg.grad_clip > 0:
@@ -367,7 +367,7 @@ class Trainer:
             size = min(cfg.batch_size, examples - seen)
             batch = self.task.sample(size, split, generator)
             with self.autocast():
-                predictions = self.model(batch.inputs).float()
+                predictions = self.model(*self.task.model_inputs(batch)).float()
             loss_sum += float(self.task.loss(predictions, batch)) * size
             for name, value in self.task.metric_sums(predictions, batch).items():
                 sums[name] = sums.get(name, 0.0) + float(value)

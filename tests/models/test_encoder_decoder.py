@@ -1,0 +1,132 @@
+"""Encoder-decoder with fuse-attention and a layer connection, against explicit references."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from latentlens.models import (
+    EncoderDecoderConfig,
+    EncoderDecoderTransformer,
+    FuseAttention,
+    LayerConnection,
+)
+from latentlens.tasks import make_task
+
+TINY = dict(vocab_size=61, n_ctx_source=12, n_ctx_target=12, d_model=16, n_layers_encoder=3,
+            n_layers_decoder=2, n_heads=2, qk_dim=8, v_dim=8, d_mlp=32, fuse_heads=2)  # fmt: skip
+
+
+def tiny(**overrides) -> EncoderDecoderTransformer:
+    torch.manual_seed(0)
+    return EncoderDecoderTransformer(EncoderDecoderConfig(**{**TINY, **overrides})).eval()
+
+
+def batch(size: int = 4):
+    task = make_task("translation", None, seed=0)
+    return task, task.sample(size, "train")
+
+
+def test_original_connection_reproduces_the_plain_model_exactly() -> None:
+    plain = tiny()
+    connected = tiny(connection="original")
+    missing, unexpected = connected.load_state_dict(plain.state_dict(), strict=False)
+    assert missing == ["layer_connection.weight"] and not unexpected
+    task, b = batch(8)
+    torch.testing.assert_close(
+        connected(*task.model_inputs(b)), plain(*task.model_inputs(b)), rtol=0, atol=0
+    )
+    gca = tiny(connection="gca")
+    gca.load_state_dict(plain.state_dict(), strict=False)
+    assert not torch.allclose(gca(*task.model_inputs(b)), plain(*task.model_inputs(b)))
+
+
+def test_fuse_attention_equals_an_explicit_loop_over_layers() -> None:
+    torch.manual_seed(1)
+    fuse = FuseAttention(d_model=6, n_heads=2).double()
+    query, sources = torch.randn(2, 3, 6).double(), torch.randn(2, 3, 4, 6).double()
+    got = fuse(query, sources)
+    cache: dict = {}
+    handle = fuse.hook_pattern.register_forward_hook(lambda m, i, o: cache.update(p=o))
+    fuse(query, sources)
+    handle.remove()
+    for b in range(2):
+        for t in range(3):  # every position on its own
+            out = torch.zeros(6, dtype=torch.double)
+            for h in range(2):
+                q = query[b, t] @ fuse.W_Q[h]
+                scores = torch.stack([q @ (sources[b, t, s] @ fuse.W_K[h]) for s in range(4)])
+                weights = torch.softmax(scores / math.sqrt(3), dim=0)
+                torch.testing.assert_close(cache["p"][b, h, t], weights)
+                mixed = sum(weights[s] * (sources[b, t, s] @ fuse.W_V[h]) for s in range(4))
+                out += mixed @ fuse.W_O[h]
+            torch.testing.assert_close(got[b, t], out, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("kind", "expected"),
+    [
+        ("original", [[0, 0, 1], [0, 0, 1]]),
+        ("gca", [[0, 0, 1], [0, 1, 0]]),
+        ("layerwise", [[1, 0, 0], [0, 1, 0]]),
+        ("uniform", [[1 / 3] * 3, [1 / 3] * 3]),
+    ],
+)
+def test_connection_initialisations_and_routing(kind: str, expected: list) -> None:
+    model = tiny(connection=kind)
+    torch.testing.assert_close(model.routing_matrix(), torch.tensor(expected, dtype=torch.float))
+    layer = LayerConnection(kind, 2, 3, 4)
+    outputs = torch.randn(1, 3, 5, 4)
+    memory = layer(outputs)
+    assert memory.shape == (1, 2, 5, 4)
+    manual = torch.stack(
+        [torch.cat(list(outputs[0]), dim=-1) @ layer.weight[j].T for j in range(2)]
+    )
+    torch.testing.assert_close(memory[0], manual)
+
+
+def test_hooks_shapes_masks_and_greedy_decoding() -> None:
+    model = tiny(fuse="both", connection="gca")
+    task, b = batch(3)
+    logits, cache = model.run_with_cache(*task.model_inputs(b))
+    assert logits.shape == (3, 12, 61)
+    assert cache["encoder.blocks.2.fuse.hook_pattern"].shape == (3, 2, 12, 3)
+    assert cache["decoder.blocks.1.fuse.hook_pattern"].shape == (3, 2, 12, 2)
+    assert cache["decoder.blocks.0.cross_attn.hook_pattern"].shape == (3, 2, 12, 12)
+    assert cache["encoder.blocks.0.attn.hook_pattern"].shape == (3, 2, 12, 12)
+    assert cache["layer_connection.hook_memory"].shape == (3, 2, 12, 16)
+    assert cache["encoder.hook_embed"].shape == (3, 12, 16)
+    torch.testing.assert_close(
+        cache["decoder.blocks.1.fuse.hook_pattern"].sum(-1), torch.ones(3, 2, 12)
+    )
+    # padding in the source is never attended to
+    pad = b.inputs == 0
+    cross = cache["decoder.blocks.0.cross_attn.hook_pattern"]
+    assert cross.masked_select(pad[:, None, None, :].expand_as(cross)).abs().max() == 0
+    # the decoder is causal: changing a later decoder input leaves earlier logits alone
+    source, decoder_inputs = task.model_inputs(b)
+    changed = decoder_inputs.clone()
+    changed[:, 6:] = 5
+    torch.testing.assert_close(model(source, changed)[:, :6], logits[:, :6])
+    # greedy decoding agrees with teacher forcing on its own output
+    decoded = model.greedy_decode(source, bos=1, eos=2)
+    forced = model(source, torch.nn.functional.pad(decoded[:, :-1], (1, 0), value=1))
+    agree = forced.argmax(-1) == decoded
+    first_eos = (decoded == 2).int().cumsum(1).cumsum(1) <= 1  # up to and with the first EOS
+    assert agree[first_eos].all()
+
+
+def test_bad_configs_and_inputs() -> None:
+    with pytest.raises(ValueError, match="fuse='all'"):
+        EncoderDecoderConfig(**{**TINY, "fuse": "all"})
+    with pytest.raises(ValueError, match="connection='dense'"):
+        EncoderDecoderConfig(**{**TINY, "connection": "dense"})
+    with pytest.raises(ValueError, match="fuse_heads=3 must divide d_model=16"):
+        EncoderDecoderConfig(**{**TINY, "fuse_heads": 3})
+    model = tiny()
+    with pytest.raises(ValueError, match="integer token ids"):
+        model(torch.rand(2, 5), torch.ones(2, 3, dtype=torch.long))
+    with pytest.raises(ValueError, match="at most 12"):
+        model(torch.ones(2, 13, dtype=torch.long), torch.ones(2, 3, dtype=torch.long))
