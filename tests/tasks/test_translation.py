@@ -96,4 +96,4 @@ def test_bad_configs() -> None:
     with pytest.raises(ValueError, match="pp_probability=0"):
         TranslationConfig(pp_probability=0)
     with pytest.raises(ValueError, match="lower frac_heldout"):
-        TranslationTask(TranslationConfig(num_adjectives=2, num_nouns=2, frac_heldout=0.5))
+        TranslationTask(TranslationConfig(num_adjectives=1, num_nouns=3, frac_heldout=0.4))
