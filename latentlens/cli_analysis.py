@@ -74,7 +74,10 @@ def run_probe(args: argparse.Namespace) -> int:
         print(f"z from {row['site']}: R² fit {row['r2_fit']:.3f}, OOD {row['r2_ood']:.3f}")
     if "topography" in results:
         topo = results["topography"]
-        print(f"topographic similarity: rho {topo['rho']:.3f} (p = {topo['p_value']:.3g})")
+        if topo["rho"] is None:
+            print(f"topographic similarity: undefined ({topo['note']})")
+        else:
+            print(f"topographic similarity: rho {topo['rho']:.3f} (p = {topo['p_value']:.3g})")
     return 0
 
 

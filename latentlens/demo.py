@@ -88,6 +88,10 @@ def train_variant(run: Path, variant: str, size: DemoSize, steps: int | None, de
     Trainer.create(run, config, device=device, quiet=quiet).train()
 
 
+def _maybe(value: float | None) -> float | str:
+    return "undefined" if value is None else value
+
+
 def _final(run: Path) -> dict[str, float]:
     records = RunDirectory(run).read_metrics()
     last = records[-1]["step"]
@@ -184,8 +188,8 @@ def _sections(runs, results, figures, curves, structure, size, wall, size_name, 
             "ood R² (new terms)": final["ood"],
             "decoding R² (held out)": overall["test"], "shuffled": overall["shuffled"],
             "k-means ARI": probe["clustering"]["kmeans"]["ari"],
-            "topographic ρ": probe["topography"]["rho"],
-            "p": probe["topography"]["p_value"],
+            "topographic ρ": _maybe(probe["topography"]["rho"]),
+            "p": _maybe(probe["topography"]["p_value"]),
         })  # fmt: skip
     best = max(table, key=lambda row: row["test R² (new combinations)"])
     outcome = Section(

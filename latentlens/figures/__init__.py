@@ -10,6 +10,7 @@ from latentlens.figures.probes import (
     structure_scores,
     tracked_heatmap,
 )
+from latentlens.figures.routing import fuse_weight_curves, load_fuse_weights, routing_evolution
 from latentlens.figures.save import figure_svg, save_figure, save_plotly
 from latentlens.figures.training import decoding_curves, metric_curves
 
@@ -19,9 +20,12 @@ __all__ = [
     "decoding_by_head",
     "decoding_curves",
     "figure_svg",
+    "fuse_weight_curves",
     "head_ablation",
+    "load_fuse_weights",
     "metric_curves",
     "metric_curves_plotly",
+    "routing_evolution",
     "save_figure",
     "save_plotly",
     "structure_scores",

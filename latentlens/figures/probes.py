@@ -143,11 +143,12 @@ def structure_scores(runs: Mapping[str, Mapping[str, Any]]) -> Figure:
     left.set_ylim(0, 1)
     left.legend(frameon=False, fontsize="small", ncols=2)
     left.set_title("clustering of latent codes")
-    rho = [_require(runs[k], "topography")["rho"] for k in labels]
+    topography = [_require(runs[k], "topography") for k in labels]
+    rho = [t["rho"] if t["rho"] is not None else 0.0 for t in topography]
     right.bar(x, rho, color="C4")
-    for i, k in enumerate(labels):
-        p = runs[k]["topography"]["p_value"]
-        right.annotate(f"p={p:.3g}", (i, rho[i]), ha="center", va="bottom", fontsize=8)
+    for i, t in enumerate(topography):
+        note = "undefined:\nconstant codes" if t["rho"] is None else f"p={t['p_value']:.3g}"
+        right.annotate(note, (i, rho[i]), ha="center", va="bottom", fontsize=8)
     right.axhline(0, color="k", linewidth=0.8)
     right.set_xticks(x, labels)
     right.set_ylabel("Spearman ρ")

@@ -16,6 +16,7 @@ from latentlens.figures.probes import (
     structure_scores,
     tracked_heatmap,
 )
+from latentlens.figures.routing import fuse_weight_curves, routing_evolution
 from latentlens.figures.save import save_figure, save_plotly
 from latentlens.figures.training import decoding_curves, metric_curves
 from latentlens.training.run_dir import RunDirectory, read_jsonl
@@ -63,6 +64,11 @@ def run_figures(run_dir: str | Path, formats: Sequence[str] = ("png", "svg")) ->
         names = [f"index {i}" for i in range(values.shape[1])]
         figure = tracked_heatmap(stored["steps"].tolist(), values.numpy(), names, title)
         keep(f"tracked_{path.name.removesuffix('.safetensors')}", figure)
+    if any(directory.tracking.glob("*.fuse.hook_pattern.safetensors")):
+        keep("fuse_weights", fuse_weight_curves(run))
+        keep("fuse_weights_heatmap", fuse_weight_curves(run, heatmaps=True))
+    if (directory.tracking / "routing_matrix.safetensors").is_file():
+        keep("routing", routing_evolution(run))
     results = _probe_results(run)
     if results is not None:
         if "decoding" in results:

@@ -33,6 +33,15 @@ def resolve_model_kind(kind: str) -> str:
     return kind
 
 
+def canonical_kind(task: str, kind: str) -> str:
+    """The model kind a CLI name stands for on ``task`` (``fusion`` on translation is the
+    ``encoder-decoder``)."""
+    kind = MODEL_ALIASES.get(kind, kind)
+    if (task, kind) in TASK_MODEL_KINDS:
+        return TASK_MODEL_KINDS[(task, kind)][0]
+    return resolve_model_kind(kind)
+
+
 def model_config(kind: str, data: dict[str, Any]) -> Any:
     """The validated config of a model kind from its JSON dict."""
     return MODEL_KINDS[resolve_model_kind(kind)][0].from_dict(data)

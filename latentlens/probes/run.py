@@ -64,11 +64,15 @@ def _embedding(sets: list[CodeSet], method: str, names: list[str] | None) -> dic
 
 
 def _structure(codes: CodeSet) -> dict[str, Any]:
+    """Clustering and topographic similarity; codes that do not vary (e.g. HYLA's self-code,
+    which depends on the token alone, with a fixed query whose residual the context never
+    reaches) are recorded as undefined with the reason instead of stopping the run."""
     features = codes.features()
-    return {
-        "clustering": cluster_scores(features, codes.groups),
-        "topography": topographic_similarity(features, codes.factors),
-    }
+    try:
+        topography = topographic_similarity(features, codes.factors)
+    except ValueError as err:
+        topography = {"rho": None, "p_value": None, "note": str(err)}
+    return {"clustering": cluster_scores(features, codes.groups), "topography": topography}
 
 
 def probe_fuzzy_logic(trainer: Trainer, examples: int, embedding: str, step: Callable) -> dict:

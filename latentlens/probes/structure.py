@@ -3,6 +3,7 @@ topographic similarity (do codes that are close come from rules that are close?)
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
@@ -10,6 +11,7 @@ from scipy.spatial.distance import pdist, squareform
 from scipy.stats import spearmanr
 from sklearn.cluster import AgglomerativeClustering, KMeans
 from sklearn.decomposition import PCA
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
 
 from latentlens.probes.linear import ArrayLike, as_classes, as_matrix, check_pair
@@ -39,10 +41,12 @@ def cluster_scores(
         raise ValueError(f"n_clusters={k} exceeds the {len(x)} examples")
     results = {}
     for method in methods:
-        if method == "kmeans":
-            found = KMeans(n_clusters=k, n_init=10, random_state=seed).fit_predict(x)
-        else:
-            found = AgglomerativeClustering(n_clusters=k, linkage="ward").fit_predict(x)
+        with warnings.catch_warnings():  # duplicate codes: fewer clusters, scored as found
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            if method == "kmeans":
+                found = KMeans(n_clusters=k, n_init=10, random_state=seed).fit_predict(x)
+            else:
+                found = AgglomerativeClustering(n_clusters=k, linkage="ward").fit_predict(x)
         results[method] = {
             "ari": float(adjusted_rand_score(y, found)),
             "nmi": float(normalized_mutual_info_score(y, found)),

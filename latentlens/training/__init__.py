@@ -1,6 +1,11 @@
 """The training loop, run directories, checkpoints and callbacks."""
 
-from latentlens.training.callbacks import ActivationRecorder, Callback
+from latentlens.training.callbacks import (
+    ActivationRecorder,
+    Callback,
+    QuantityRecorder,
+    TrackedArrays,
+)
 from latentlens.training.checkpoint import CheckpointError, list_checkpoints, load_checkpoint
 from latentlens.training.config import MODEL_DEFAULTS, TASK_DEFAULTS, TrainConfig
 from latentlens.training.run_dir import RunDirectory
@@ -16,8 +21,10 @@ __all__ = [
     "TASK_DEFAULTS",
     "ActivationRecorder",
     "Callback",
+    "QuantityRecorder",
     "CheckpointError",
     "RunDirectory",
+    "TrackedArrays",
     "TrainConfig",
     "Trainer",
     "TrainingDiverged",

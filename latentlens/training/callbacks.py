@@ -35,7 +35,57 @@ def batch_mean(activation: torch.Tensor) -> torch.Tensor:
     return activation.float().mean(dim=0)
 
 
-class ActivationRecorder(Callback):
+class TrackedArrays(Callback):
+    """Arrays recorded at every evaluation into ``tracking/{name}.safetensors``: tensors
+    ``steps`` ``[n]`` and ``values`` ``[n, ...]``. On resume, records after the checkpoint's
+    step are dropped, so a resumed run's tracking equals an uninterrupted one's."""
+
+    def __init__(self, names: Sequence[str]) -> None:
+        self.names = list(names)
+        self.steps: list[int] = []
+        self.values: dict[str, list[torch.Tensor]] = {name: [] for name in self.names}
+
+    @staticmethod
+    def file_name(name: str) -> str:
+        return f"{name}.safetensors"
+
+    def record(self, trainer: Trainer, step: int, values: dict[str, torch.Tensor]) -> None:
+        self.steps.append(step)
+        for name in self.names:
+            self.values[name].append(values[name].detach().float().cpu())
+        directory = trainer.run_dir.tracking
+        directory.mkdir(parents=True, exist_ok=True)
+        for name in self.names:
+            tensors = {
+                "steps": torch.tensor(self.steps, dtype=torch.long),
+                "values": torch.stack(self.values[name]).contiguous(),
+            }
+            atomic_write_bytes(directory / self.file_name(name), save(tensors))
+
+    def on_resume(self, trainer: Trainer, step: int) -> None:
+        for name in self.names:
+            path = trainer.run_dir.tracking / self.file_name(name)
+            if not path.is_file():
+                continue
+            stored = load_file(str(path))
+            keep = stored["steps"] <= step
+            self.steps = stored["steps"][keep].tolist()
+            self.values[name] = list(stored["values"][keep])
+
+
+class QuantityRecorder(TrackedArrays):
+    """Record ``compute(trainer)`` (a tensor, e.g. a function of the weights such as the
+    encoder-decoder routing matrix) as ``tracking/{name}.safetensors``."""
+
+    def __init__(self, name: str, compute: Callable[[Trainer], torch.Tensor]) -> None:
+        super().__init__([name])
+        self.compute = compute
+
+    def on_eval(self, trainer: Trainer, step: int, records: list[dict[str, Any]]) -> None:
+        self.record(trainer, step, {self.names[0]: self.compute(trainer)})
+
+
+class ActivationRecorder(TrackedArrays):
     """Record hooked quantities at every evaluation into ``tracking/{name}.safetensors``.
 
     For each hook name, the activation on a fixed batch of ``split`` is reduced (default:
@@ -55,14 +105,9 @@ class ActivationRecorder(Callback):
     ) -> None:
         if not hook_names:
             raise ValueError("ActivationRecorder needs at least one hook name")
+        super().__init__(hook_names)
         self.hook_names = list(hook_names)
         self.split, self.examples, self.reduce, self.seed = split, examples, reduce, seed
-        self.steps: list[int] = []
-        self.values: dict[str, list[torch.Tensor]] = {name: [] for name in self.hook_names}
-
-    @staticmethod
-    def file_name(hook_name: str) -> str:
-        return f"{hook_name}.safetensors"
 
     def on_eval(self, trainer: Trainer, step: int, records: list[dict[str, Any]]) -> None:
         unknown = [n for n in self.hook_names if n not in trainer.model.hook_dict]
@@ -80,27 +125,4 @@ class ActivationRecorder(Callback):
                 *trainer.task.model_inputs(batch), names_filter=lambda name: name in self.hook_names
             )
         trainer.model.train(was_training)
-        self.steps.append(step)
-        for name in self.hook_names:
-            self.values[name].append(self.reduce(cache[name]).cpu())
-        self.write(trainer)
-
-    def write(self, trainer: Trainer) -> None:
-        directory = trainer.run_dir.tracking
-        directory.mkdir(parents=True, exist_ok=True)
-        for name in self.hook_names:
-            tensors = {
-                "steps": torch.tensor(self.steps, dtype=torch.long),
-                "values": torch.stack(self.values[name]).contiguous(),
-            }
-            atomic_write_bytes(directory / self.file_name(name), save(tensors))
-
-    def on_resume(self, trainer: Trainer, step: int) -> None:
-        for name in self.hook_names:
-            path = trainer.run_dir.tracking / self.file_name(name)
-            if not path.is_file():
-                continue
-            stored = load_file(str(path))
-            keep = stored["steps"] <= step
-            self.steps = stored["steps"][keep].tolist()
-            self.values[name] = list(stored["values"][keep])
+        self.record(trainer, step, {name: self.reduce(cache[name]) for name in self.hook_names})

@@ -20,6 +20,7 @@ PRECISIONS = ("fp32", "bf16")
 TASK_DEFAULTS: dict[str, dict[str, Any]] = {
     "fuzzy-logic": {"steps": 50_000, "warmup_steps": 100},
     "sraven": {"steps": 156_250, "warmup_steps": 1_000},
+    "translation": {"steps": 10_000, "warmup_steps": 500},  # ours: a synthetic task
     "modular-icl": {
         "steps": 100_000,
         "warmup_steps": 1_000,
