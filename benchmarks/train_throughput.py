@@ -12,7 +12,8 @@ PyTorch twin (36-37 steps/s softmax, 33-34 HYLA there). Where that twin's figure
 official steps/s on a CPU, >= 3x on a GPU.
 
     python benchmarks/train_throughput.py [--task fuzzy-logic|sraven|all] [--device auto]
-                                          [--steps 40] [--compile] [--precision fp32|bf16]
+                                          [--steps 60] [--compile] [--cuda-graphs]
+                                          [--precision fp32|bf16]
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from plain_twin import PlainTransformer  # noqa: E402
 
 from latentlens.devices import resolve_device  # noqa: E402
 from latentlens.training import TrainConfig, Trainer, model_for_task  # noqa: E402
+from latentlens.training.graphs import GraphedStep  # noqa: E402
 
 VARIANTS = ("softmax", "linear", "hyla")
 # reference/hyla.md section 7: official JAX steps/s, and the plain twin beside it.
@@ -49,7 +51,7 @@ def synchronize(device: torch.device) -> None:
 
 
 def interleaved_steps_per_second(
-    steps: dict[str, Callable[[], None]], device: torch.device, total: int, rounds: int = 5
+    steps: dict[str, Callable[[], object]], device: torch.device, total: int, rounds: int = 5
 ) -> dict[str, float]:
     """Median steps/s of each step function over ``rounds`` interleaved rounds, so that
     drifts of a shared machine hit every side alike."""
@@ -69,23 +71,35 @@ def interleaved_steps_per_second(
     return {name: statistics.median(values) for name, values in rates.items()}
 
 
-def twin_step(trainer: Trainer) -> Callable[[], None]:
+def twin_step(trainer: Trainer) -> Callable[[], torch.Tensor]:
     """The same step with the plain twin in place of the hooked model."""
     twin = PlainTransformer(trainer.model_cfg).to(trainer.device).train()
     twin.load_state_dict(trainer.model.state_dict())
     forward = torch.compile(twin) if trainer.forward is not trainer.model else twin
+    graphed = trainer.graphed is not None
+    lr = torch.tensor(trainer.train_cfg.lr, device=trainer.device)
     optimizer = torch.optim.AdamW(
-        twin.parameters(), lr=trainer.train_cfg.lr, weight_decay=0.1, fused=True
+        twin.parameters(), lr=lr, weight_decay=0.1, fused=True, capturable=graphed
     )
     generator = trainer.task.make_generator(0)
 
-    def step() -> None:
+    def compute() -> torch.Tensor:
         batch = trainer.task.sample(trainer.train_cfg.batch_size, "train", generator)
         with trainer.autocast():
             loss = trainer.task.loss(forward(batch.inputs).float(), batch)
-        optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
+        return loss.detach()
+
+    def zero_grad() -> None:
+        optimizer.zero_grad(set_to_none=True)
+
+    if graphed:
+        return GraphedStep(compute, zero_grad, generators=[generator])
+
+    def step() -> torch.Tensor:
+        zero_grad()
+        return compute()
 
     return step
 
@@ -96,6 +110,7 @@ def main() -> None:
     parser.add_argument("--device", default="auto")
     parser.add_argument("--steps", type=int, default=60, help="timed steps per model")
     parser.add_argument("--compile", action="store_true")
+    parser.add_argument("--cuda-graphs", action="store_true", help="capture each whole step")
     parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
     args = parser.parse_args()
     device = resolve_device(args.device)
@@ -104,6 +119,7 @@ def main() -> None:
     print(
         f"training throughput on {device} ({torch.get_num_threads()} threads), torch "
         f"{torch.__version__}, batch 128, {args.precision}, compile={args.compile}, "
+        f"cuda_graphs={args.cuda_graphs}, "
         f"{args.steps} timed steps in 5 interleaved rounds (median); "
         f"target >= {TARGET[kind]}x the official steps/s\n"
     )
@@ -117,7 +133,14 @@ def main() -> None:
                 model_for_task(task, attention=variant),
                 TrainConfig.for_task(task, batch_size=128, precision=args.precision),
             )
-            trainer = Trainer(None, config, device=str(device), quiet=True, compile=args.compile)
+            trainer = Trainer(
+                None,
+                config,
+                device=str(device),
+                quiet=True,
+                compile=args.compile,
+                cuda_graphs=args.cuda_graphs,
+            )
             rates = interleaved_steps_per_second(
                 {"ours": trainer.train_step, "twin": twin_step(trainer)}, device, args.steps
             )

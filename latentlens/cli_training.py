@@ -7,12 +7,19 @@ import json
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from latentlens.devices import DEVICE_CHOICES
-from latentlens.models import MODEL_ALIASES, MODEL_KINDS, VARIANTS, resolve_model_kind
+from latentlens.models import MODEL_ALIASES, MODEL_KINDS, VARIANTS, canonical_kind
+from latentlens.models.encoder_decoder import FUSE_CHOICES
+from latentlens.models.fusion import CONNECTIONS
 from latentlens.probes import LatentDecodingTracker
+from latentlens.probes.translation import TranslationQualityTracker
 from latentlens.tasks import SUPPORTS, TASKS
 from latentlens.training import (
+    ActivationRecorder,
     Callback,
+    QuantityRecorder,
     RunDirectory,
     TrainConfig,
     Trainer,
@@ -27,6 +34,7 @@ TRAIN_FLAGS = {"steps": int, "batch_size": int, "lr": float, "weight_decay": flo
                "warmup_steps": int, "eval_every": int, "eval_examples": int, "seed": int,
                "precision": str, "keep_checkpoints": int, "grad_clip": float}  # fmt: skip
 TASK_FLAGS = {"support": str}
+SEQ2SEQ_FLAGS = {"fuse": str, "connection": str}
 
 
 def add_train_parser(commands: argparse._SubParsersAction) -> None:
@@ -43,8 +51,15 @@ def add_train_parser(commands: argparse._SubParsersAction) -> None:
     train.add_argument("--attention", choices=sorted(VARIANTS), help="default: softmax")
     train.add_argument(
         "--model",
-        choices=sorted([*MODEL_KINDS, *MODEL_ALIASES]),
-        help="model kind (default: transformer; vanilla is the same)",
+        choices=sorted([*MODEL_KINDS, *MODEL_ALIASES, "fusion"]),
+        help="model kind (default: transformer; vanilla is the same; on translation, "
+        "transformer is the encoder-decoder and fusion adds fuse-attention)",
+    )
+    train.add_argument("--fuse", choices=FUSE_CHOICES, help="translation: fuse-attention where")
+    train.add_argument(
+        "--connection",
+        choices=CONNECTIONS,
+        help="translation: encoder-decoder layer connection and its initialisation",
     )
     train.add_argument(
         "--support",
@@ -62,6 +77,11 @@ def add_train_parser(commands: argparse._SubParsersAction) -> None:
     train.add_argument("--config", type=Path, help="JSON file with model/task/train sections")
     train.add_argument("--device", choices=DEVICE_CHOICES, default="auto")
     train.add_argument("--compile", action="store_true", help="torch.compile the train step (CUDA)")
+    train.add_argument(
+        "--cuda-graphs",
+        action="store_true",
+        help="capture the whole train step (data, forward, backward, AdamW) in one CUDA graph",
+    )
     train.add_argument("--quiet", action="store_true", help="no progress bar")
     for name, kind in {**MODEL_FLAGS, **TRAIN_FLAGS}.items():
         train.add_argument("--" + name.replace("_", "-"), type=kind, default=None)
@@ -98,6 +118,7 @@ def resolve_run_config(args: argparse.Namespace) -> dict[str, Any]:
         sections.update({k: dict(v) for k, v in loaded.items()})
     model = {**sections["model"], "attention": args.attention}
     model.update({k: getattr(args, k) for k in MODEL_FLAGS if getattr(args, k) is not None})
+    model.update({k: getattr(args, k) for k in SEQ2SEQ_FLAGS if getattr(args, k) is not None})
     train = {**sections["train"]}
     train.update({k: getattr(args, k) for k in TRAIN_FLAGS if getattr(args, k) is not None})
     task = {**sections["task"]}
@@ -111,15 +132,42 @@ def resolve_run_config(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def default_callbacks(config: dict[str, Any]) -> list[Callback]:
-    """What a task records over training: modular-icl decodes z from every layer
-    (fit in-distribution, R² out-of-distribution) at each evaluation."""
-    if config["task"]["name"] == "modular-icl":
+    """What a task records over training: modular-icl decodes z from every layer (fit
+    in-distribution, R² out-of-distribution); translation records the fuse weights (mean
+    per layer and source layer), the routing matrix of the layer connection, CTER and BLEU."""
+    task = config["task"]["name"]
+    if task == "modular-icl":
         return [LatentDecodingTracker(examples=config["train"]["eval_examples"])]
+    if task == "translation":
+        model = config["model"]
+        callbacks: list[Callback] = [TranslationQualityTracker()]
+        if model.get("fuse", "none") != "none":
+            callbacks.append(ActivationRecorder(fuse_hook_names(model), reduce=mean_fuse_weights))
+        if model.get("connection", "none") != "none":
+            callbacks.append(QuantityRecorder("routing_matrix", lambda t: t.model.routing_matrix()))
+        return callbacks
     return []
 
 
+def fuse_hook_names(model: dict[str, Any]) -> list[str]:
+    sides = {"encoder": ("encoder",), "decoder": ("decoder",), "both": ("encoder", "decoder")}
+    layers = {"encoder": model["n_layers_encoder"], "decoder": model["n_layers_decoder"]}
+    return [
+        f"{side}.blocks.{layer}.fuse.hook_pattern"
+        for side in sides[model["fuse"]]
+        for layer in range(layers[side])
+    ]
+
+
+def mean_fuse_weights(pattern: torch.Tensor) -> torch.Tensor:
+    """``[batch, head, pos, source] -> [source]``: the mean weight of each source layer."""
+    return pattern.float().mean(dim=(0, 1, 2))
+
+
 def run_train(args: argparse.Namespace) -> int:
-    runtime: dict[str, Any] = dict(device=args.device, quiet=args.quiet, compile=args.compile)
+    runtime: dict[str, Any] = dict(
+        device=args.device, quiet=args.quiet, compile=args.compile, cuda_graphs=args.cuda_graphs
+    )
     try:
         if args.resume:
             stored = RunDirectory(args.resume).read_config()
@@ -128,10 +176,11 @@ def run_train(args: argparse.Namespace) -> int:
             trainer = Trainer.resume(args.resume, **runtime)
         else:
             args.task, args.attention = args.task or "fuzzy-logic", args.attention or "softmax"
-            args.model = resolve_model_kind(args.model or "transformer")
+            args.model = args.model or "transformer"
+            canonical_kind(args.task, args.model)  # a clear error for an unknown kind
             config = resolve_run_config(args)
             seed = config["train"]["seed"]
-            kind = "" if args.model == "transformer" else f"{args.model}-"
+            kind = "" if args.model in ("transformer", "vanilla") else f"{args.model}-"
             run_dir = args.run_dir or f"runs/{args.task}-{kind}{args.attention}-s{seed}"
             runtime["callbacks"] = default_callbacks(config)
             trainer = Trainer.create(run_dir, config, **runtime)
@@ -155,12 +204,13 @@ def check_resume_flags(args: argparse.Namespace, stored: dict[str, Any]) -> None
     given = {("task", "name"): args.task, ("model", "attention"): args.attention}
     if args.model is not None:
         stored_kind = stored.get("model_kind", "transformer")
-        if resolve_model_kind(args.model) != stored_kind:
+        if canonical_kind(stored["task"]["name"], args.model) != stored_kind:
             raise ValueError(
                 f"the run in {args.resume} is a {stored_kind!r} model, not {args.model!r}; "
                 "resume without --model, or start a new run"
             )
     given.update({("task_config", k): getattr(args, k) for k in TASK_FLAGS})
+    given.update({("model", k): getattr(args, k) for k in SEQ2SEQ_FLAGS})
     given.update({("model", k): getattr(args, k) for k in MODEL_FLAGS})
     given.update({("train", k): getattr(args, k) for k in TRAIN_FLAGS})
     sections = {**stored, "task_config": stored["task"]["config"]}

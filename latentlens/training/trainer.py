@@ -38,6 +38,7 @@ from latentlens.training.checkpoint import (
 )
 from latentlens.training.config import TrainConfig
 from latentlens.training.distributed import init_distributed
+from latentlens.training.graphs import GraphedStep
 from latentlens.training.run_dir import RunDirectory
 
 LOG_EVERY = 25
@@ -79,9 +80,10 @@ class Trainer:
     (DistributedDataParallel): every rank draws the same global batch and trains on its
     rows, rank 0 alone evaluates, runs the callbacks and writes the run directory.
 
-    The step is built to be captured in a CUDA graph: the batch is made on the device,
-    shapes are static, the learning rate is a device tensor updated in place, AdamW is
-    fused, and nothing reads a value back to the host inside the step.
+    The step is built to be captured in a CUDA graph (``cuda_graphs=True``, the CLI's
+    ``--cuda-graphs``): the batch is made on the device, shapes are static, the learning
+    rate is a device tensor updated in place, AdamW is fused, and nothing reads a value
+    back to the host inside the step.
     """
 
     def __init__(
@@ -91,6 +93,7 @@ class Trainer:
         device: str = "auto",
         quiet: bool = False,
         compile: bool = False,
+        cuda_graphs: bool = False,
         callbacks: Sequence[Callback] = (),
     ) -> None:
         self.run_dir = run_dir
@@ -121,14 +124,29 @@ class Trainer:
             betas=(0.9, 0.999),
             eps=1e-8,
             fused=True,
+            capturable=cuda_graphs,
         )
         if compile and self.device.type != "cuda":
             raise ValueError("--compile is supported on CUDA only; drop it on the CPU")
+        if cuda_graphs and (self.device.type != "cuda" or self.dist.enabled):
+            raise ValueError(
+                "--cuda-graphs captures the whole step on one CUDA device: it needs a CUDA "
+                "device and a single process (not torchrun); drop it here"
+            )
         trained: torch.nn.Module = self.model
         if self.dist.enabled:
             trained = torch.nn.parallel.DistributedDataParallel(self.model)
         # Hooks added after compilation are ignored: compile only the hook-free train path.
         self.forward = torch.compile(trained) if compile else trained
+        self.graphed = (
+            GraphedStep(
+                self.compute_step,
+                lambda: self.optimizer.zero_grad(set_to_none=True),
+                generators=[self.data_generator],
+            )
+            if cuda_graphs
+            else None
+        )
         self.step = 0
 
     # ----------------------------------------------------------------- construction
@@ -262,22 +280,33 @@ class Trainer:
     # ----------------------------------------------------------------- training
     def autocast(self) -> contextlib.AbstractContextManager:
         if self.train_cfg.precision == "bf16":
-            return torch.autocast(self.device.type, dtype=torch.bfloat16)
+            # The cast cache would hold tensors across a CUDA-graph capture: keep it off there.
+            cache = self.graphed is None
+            return torch.autocast(self.device.type, dtype=torch.bfloat16, cache_enabled=cache)
         return contextlib.nullcontext()
 
     def train_step(self) -> torch.Tensor:
         """One optimisation step; returns this rank's loss (on the device, no host sync)."""
         self.lr.fill_(self.train_cfg.learning_rate(self.step))
+        if self.graphed is not None:
+            loss = self.graphed()
+        else:
+            self.optimizer.zero_grad(set_to_none=True)
+            loss = self.compute_step()
+        self.step += 1
+        return loss
+
+    def compute_step(self) -> torch.Tensor:
+        """Draw a batch, forward, backward, clip and update (gradients must be None or
+        zero before); returns the loss. Capturable in a CUDA graph."""
         batch = self.task.sample(self.train_cfg.batch_size, "train", self.data_generator)
         batch = self.dist.rows(batch)
         with self.autocast():
             loss = self.task.loss(self.forward(*self.task.model_inputs(batch)).float(), batch)
-        self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if self.train_cfg.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.train_cfg.grad_clip)
         self.optimizer.step()
-        self.step += 1
         return loss.detach()
 
     def train(self) -> list[dict[str, Any]]:

@@ -1,0 +1,102 @@
+"""The CUDA path: bf16 autocast, torch.compile and the whole step captured in a CUDA graph.
+
+The GPU tests skip without CUDA (CI has none); the refusals of CUDA-only options on the CPU
+run everywhere.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from latentlens.models import TransformerConfig
+from latentlens.training import TrainConfig, Trainer
+from tests.training.test_trainer import tiny_config
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+def test_cuda_only_options_are_refused_on_the_cpu(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="--compile is supported on CUDA only"):
+        Trainer.create(tmp_path / "a", tiny_config(), device="cpu", compile=True, quiet=True)
+    with pytest.raises(ValueError, match="--cuda-graphs .* needs a CUDA device"):
+        Trainer.create(tmp_path / "b", tiny_config(), device="cpu", cuda_graphs=True, quiet=True)
+
+
+def train_steps(trainer: Trainer, steps: int) -> list[float]:
+    return [float(trainer.train_step()) for _ in range(steps)]
+
+
+@needs_cuda
+def test_cuda_graph_step_equals_the_eager_step(tmp_path: Path) -> None:
+    """Warm-up, capture and replay give the same losses and weights as eager steps: same
+    kernels, same data (the custom generator advances in the graph as it does eagerly)."""
+    config = tiny_config(steps=30)
+    eager = Trainer.create(tmp_path / "eager", config, device="cuda", quiet=True)
+    torch.manual_seed(0)  # the attention-dropout masks come from the default generator
+    eager_losses = train_steps(eager, 12)
+    graphed = Trainer.create(
+        tmp_path / "graphed", config, device="cuda", cuda_graphs=True, quiet=True
+    )
+    torch.manual_seed(0)
+    graphed_losses = train_steps(graphed, 12)
+    assert graphed.graphed is not None and graphed.graphed.graph is not None
+    torch.testing.assert_close(graphed_losses, eager_losses, rtol=1e-5, atol=1e-6)
+    graphed_weights = graphed.model.state_dict()
+    for name, weight in eager.model.state_dict().items():
+        torch.testing.assert_close(graphed_weights[name], weight, rtol=1e-4, atol=1e-6, msg=name)
+    # The run directory machinery still works around the graph.
+    records = graphed.evaluate_and_checkpoint()
+    assert {r["split"] for r in records} == {"train", "test", "ood"}
+
+
+@needs_cuda
+@pytest.mark.parametrize("options", [dict(), dict(cuda_graphs=True), dict(compile=True)])
+def test_bf16_on_cuda_learns(tmp_path: Path, options: dict) -> None:
+    """bf16 autocast on CUDA (eager, graphed, compiled), the CPU learning test's config:
+    train R² rises from far below 0 to above 0.1 in 600 steps, and the weights stay fp32.
+
+    Seeded: a fresh model is at R² -52.6; on an H100 the three modes all reached 0.17 (the
+    CUDA generator draws other batches than the CPU's, where this config reaches 0.33).
+    """
+    config = Trainer.resolve_config(
+        "fuzzy-logic",
+        TransformerConfig.preset("fuzzy-logic", d_model=64, d_mlp=128, attention_dropout=0.0),
+        TrainConfig.for_task(
+            "fuzzy-logic",
+            steps=600,
+            eval_every=600,
+            batch_size=64,
+            warmup_steps=50,
+            eval_examples=512,
+            lr=3e-3,
+            precision="bf16",
+        ),
+    )
+    trainer = Trainer.create(tmp_path / "run", config, device="cuda", quiet=True, **options)
+    before = trainer.evaluate("train")["r2"]
+    records = trainer.train()
+    after = next(r for r in records if r["split"] == "train")["r2"]
+    assert before < 0.0 and after > 0.1, (before, after)
+    assert all(p.dtype == torch.float32 for p in trainer.model.parameters())
+
+
+@needs_cuda
+def test_compiled_step_matches_eager_at_the_start(tmp_path: Path) -> None:
+    """Without dropout (inductor draws its masks from its own generator), the compiled
+    step computes the eager step's losses."""
+    config = Trainer.resolve_config(
+        "fuzzy-logic",
+        TransformerConfig.preset("fuzzy-logic", attention_dropout=0.0),
+        TrainConfig.for_task("fuzzy-logic", steps=10, batch_size=32, warmup_steps=2),
+    )
+    eager = Trainer.create(tmp_path / "eager", config, device="cuda", quiet=True)
+    torch.manual_seed(0)
+    eager_losses = train_steps(eager, 3)
+    compiled = Trainer.create(
+        tmp_path / "compiled", config, device="cuda", compile=True, quiet=True
+    )
+    torch.manual_seed(0)
+    torch.testing.assert_close(train_steps(compiled, 3), eager_losses, rtol=1e-3, atol=1e-4)
