@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import sys
 import time
@@ -29,7 +30,13 @@ import torch
 
 from latentlens.figures import decoding_curves, metric_curves, save_figure
 from latentlens.probes import LatentDecodingTracker, read_decoding
-from latentlens.training import TrainConfig, Trainer, model_for_task
+from latentlens.training import (
+    RunDirectory,
+    TrainConfig,
+    Trainer,
+    list_checkpoints,
+    model_for_task,
+)
 
 SIZES: dict[str, dict[str, Any]] = {
     "cpu": dict(steps=1_000, batch_size=64, lr=3e-3, warmup_steps=100, eval_every=250,
@@ -67,19 +74,24 @@ ROWS = (
 
 
 def train_one(out: Path, kind: str, support: str, seed: int, size: dict, device: str) -> dict:
-    """Train one run (or reuse a finished one in ``out``) and return its final numbers."""
+    """Train one run (resume an unfinished one, reuse a finished one in ``out``) and return
+    its final numbers."""
     run = out / "runs" / f"{kind}-{support}-s{seed}"
     task = {"support": support}
-    if not (run / "metrics.jsonl").is_file():
+    tracker = LatentDecodingTracker(examples=size["eval_examples"])
+    if list_checkpoints(RunDirectory(run).checkpoints):
+        done = RunDirectory(run).read_metrics()
+        if not done or done[-1]["step"] < size["steps"]:
+            Trainer.resume(run, device=device, quiet=True, callbacks=[tracker]).train()
+    else:  # new, or killed before its first checkpoint
+        shutil.rmtree(run, ignore_errors=True)
         config = Trainer.resolve_config(
             "modular-icl",
             model_for_task("modular-icl", task, kind),
             TrainConfig.for_task("modular-icl", kind, seed=seed, **size),
             task,
         )
-        tracker = LatentDecodingTracker(examples=size["eval_examples"])
-        trainer = Trainer.create(run, config, device=device, quiet=True, callbacks=[tracker])
-        trainer.train()
+        Trainer.create(run, config, device=device, quiet=True, callbacks=[tracker]).train()
     metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     last_step = metrics[-1]["step"]
     final = {r["split"]: r["r2"] for r in metrics if r["step"] == last_step}

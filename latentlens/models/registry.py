@@ -39,6 +39,9 @@ def canonical_kind(task: str, kind: str) -> str:
     kind = MODEL_ALIASES.get(kind, kind)
     if (task, kind) in TASK_MODEL_KINDS:
         return TASK_MODEL_KINDS[(task, kind)][0]
+    tasks = sorted(t for t, k in TASK_MODEL_KINDS if k == kind and kind not in MODEL_KINDS)
+    if tasks:
+        raise ValueError(f"model={kind!r} is for the {' and '.join(tasks)} task, not {task!r}")
     return resolve_model_kind(kind)
 
 
