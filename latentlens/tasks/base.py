@@ -45,6 +45,8 @@ class Task:
 
     name: str = "task"
     splits: tuple[str, ...] = ()
+    # Whether ``sample`` can be captured in a CUDA graph (no host copy or sync inside).
+    graph_capturable: bool = True
 
     def __init__(self, seed: int = 0, device: torch.device | str = "cpu") -> None:
         if isinstance(seed, bool) or not isinstance(seed, int):

@@ -212,6 +212,8 @@ class ModularICLTask(Task):
 
     name = "modular-icl"
     splits = ("train", "ood", "control")
+    # The teacher's operator norm is an SVD, which synchronises with the host on CUDA.
+    graph_capturable = False
 
     def __init__(
         self,

@@ -296,8 +296,7 @@ def _pack(tokens: torch.Tensor) -> torch.Tensor:
     packed = tokens.gather(1, order)
     lengths = real.sum(dim=1)
     packed = F.pad(packed, (0, 1), value=PAD)
-    packed[torch.arange(len(packed), device=tokens.device), lengths] = EOS
-    return packed
+    return packed.scatter_(1, lengths[:, None], EOS)  # no host tensor: CUDA-graph safe
 
 
 def strip(tokens: Sequence[int]) -> list[int]:

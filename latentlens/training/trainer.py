@@ -133,6 +133,11 @@ class Trainer:
                 "--cuda-graphs captures the whole step on one CUDA device: it needs a CUDA "
                 "device and a single process (not torchrun); drop it here"
             )
+        if cuda_graphs and not self.task.graph_capturable:
+            raise ValueError(
+                f"the {self.task_name} task's batches cannot be captured in a CUDA graph "
+                "(its sampler synchronises with the host); drop --cuda-graphs (--compile works)"
+            )
         trained: torch.nn.Module = self.model
         if self.dist.enabled:
             trained = torch.nn.parallel.DistributedDataParallel(self.model)

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from latentlens.models import TransformerConfig
-from latentlens.training import TrainConfig, Trainer
+from latentlens.training import TrainConfig, Trainer, model_for_task
 from tests.training.test_trainer import tiny_config
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -100,3 +100,22 @@ def test_compiled_step_matches_eager_at_the_start(tmp_path: Path) -> None:
     )
     torch.manual_seed(0)
     torch.testing.assert_close(train_steps(compiled, 3), eager_losses, rtol=1e-3, atol=1e-4)
+
+
+@needs_cuda
+def test_translation_step_is_captured_and_modular_icl_is_refused(tmp_path: Path) -> None:
+    config = Trainer.resolve_config(
+        "translation",
+        model_for_task("translation", None, "fusion", connection="gca", d_model=32, d_mlp=64),
+        TrainConfig.for_task("translation", steps=20, batch_size=32, warmup_steps=2),
+    )
+    eager = Trainer.create(tmp_path / "eager", config, device="cuda", quiet=True)
+    eager_losses = train_steps(eager, 6)
+    graphed = Trainer.create(tmp_path / "graphed", config, device="cuda", cuda_graphs=True)
+    torch.testing.assert_close(train_steps(graphed, 6), eager_losses, rtol=1e-5, atol=1e-6)
+
+    icl = Trainer.resolve_config(
+        "modular-icl", model_for_task("modular-icl"), TrainConfig.for_task("modular-icl")
+    )
+    with pytest.raises(ValueError, match="cannot be captured in a CUDA graph"):
+        Trainer.create(tmp_path / "icl", icl, device="cuda", cuda_graphs=True)
