@@ -11,9 +11,11 @@ changes; results (JSON), the run directories and figures go to ``--out``.
     python benchmarks/fusion_gca.py --size cpu [--seeds 3] [--out runs/fusion-gca-cpu]
     python benchmarks/fusion_gca.py --size gpu --device cuda
 
-Sizes: ``gpu`` trains the encoder-decoder of the reference (3 + 3 layers, d_model 128) for
-the task's default 10,000 steps of batch 128. ``cpu`` halves the width and trains 1,500
-steps of batch 64 so that 18 runs fit a 2-core CPU: it shows the direction of each effect.
+Both sizes hold out half of the compounds (``frac_heldout=0.5``): with the task's default
+eighth every system reaches CTER 0 and BLEU 100 within a few hundred steps, and nothing is
+left to compare. ``gpu`` trains the encoder-decoder of the reference (3 + 3 layers,
+d_model 128) for the task's default 10,000 steps of batch 128. ``cpu`` halves the width
+and trains 800 steps of batch 64 so that 18 runs fit a 2-core CPU in about 20 minutes.
 """
 
 from __future__ import annotations
@@ -43,11 +45,16 @@ from latentlens.training.run_dir import read_jsonl
 
 SIZES: dict[str, dict[str, Any]] = {
     "cpu": dict(
+        task=dict(frac_heldout=0.5),
         model=dict(d_model=64, n_heads=4, qk_dim=64, v_dim=64, d_mlp=128),
-        train=dict(steps=1_500, batch_size=64, lr=2e-3, warmup_steps=100, eval_every=250,
+        train=dict(steps=800, batch_size=64, lr=2e-3, warmup_steps=50, eval_every=200,
                    eval_examples=512),
     ),
-    "gpu": dict(model=dict(), train=dict(batch_size=128, eval_every=1_000, eval_examples=2_048)),
+    "gpu": dict(
+        task=dict(frac_heldout=0.5),
+        model=dict(),
+        train=dict(batch_size=128, eval_every=1_000, eval_examples=2_048),
+    ),
 }  # fmt: skip
 SYSTEMS: dict[str, dict[str, str]] = {
     "baseline": dict(fuse="none", connection="none"),
@@ -81,8 +88,9 @@ def train_one(out: Path, system: str, seed: int, size: dict, device: str) -> Pat
     shutil.rmtree(run, ignore_errors=True)  # new, or killed before its first checkpoint
     config = Trainer.resolve_config(
         "translation",
-        model_for_task("translation", None, model, **SYSTEMS[system], **size["model"]),
+        model_for_task("translation", size["task"], model, **SYSTEMS[system], **size["model"]),
         TrainConfig.for_task("translation", seed=seed, **size["train"]),
+        size["task"],
     )
     callbacks = default_callbacks(config)
     Trainer.create(run, config, device=device, quiet=True, callbacks=callbacks).train()

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+import numpy as np
 from matplotlib.figure import Figure
 
 from latentlens.training.run_dir import RunDirectory, read_jsonl
@@ -56,6 +57,7 @@ def metric_curves(
             )
     splits = list(splits or dict.fromkeys(r["split"] for r in first))
     figure = Figure(figsize=(4.2 * len(splits), 3.4), layout="constrained")
+    clipped = False
     axes = figure.subplots(1, len(splits), sharey=True, squeeze=False)[0]
     for ax, split in zip(axes, splits, strict=True):
         for label, records in loaded.items():
@@ -63,7 +65,20 @@ def metric_curves(
             if not points:
                 continue
             steps, values = zip(*points, strict=True)
-            ax.plot(steps, values, marker="o", markersize=3, label=label)
+            if ylim is None:
+                ax.plot(steps, values, marker="o", markersize=3, label=label)
+                continue
+            # Values beyond ylim are drawn on its edge as open triangles, not hidden.
+            shown = np.clip(values, *ylim)
+            (line,) = ax.plot(steps, shown, marker="o", markersize=3, label=label)
+            below = np.asarray(values) < ylim[0]
+            above = np.asarray(values) > ylim[1]
+            for outside, marker in ((below, "v"), (above, "^")):
+                if outside.any():
+                    ax.plot(np.asarray(steps)[outside], shown[outside], linestyle="none",
+                            marker=marker, markersize=7, markerfacecolor="white",
+                            color=line.get_color(), clip_on=False, zorder=3)  # fmt: skip
+                    clipped = True
         ax.set_title(SPLIT_TITLES.get(split, split) + f" ({split})")
         ax.set_xlabel("training step")
         ax.grid(alpha=0.3)
@@ -71,6 +86,11 @@ def metric_curves(
             ax.set_ylim(*ylim)
     axes[0].set_ylabel(METRIC_LABELS.get(metric, metric))
     axes[0].legend(frameon=False)
+    if clipped:
+        figure.supxlabel(
+            f"open triangles: values outside [{ylim[0]:g}, {ylim[1]:g}], drawn at the edge",
+            fontsize="small",
+        )
     return figure
 
 

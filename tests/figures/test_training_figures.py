@@ -66,3 +66,14 @@ def test_missing_results_and_bad_formats_are_clear_errors(tmp_path: Path) -> Non
     figure = metric_curves({"x": write_run(tmp_path / "a", 0.0)})
     with pytest.raises(ValueError, match=r"formats \['jpg'\]"):
         save_figure(figure, tmp_path / "f", formats=("jpg",))
+
+
+def test_values_beyond_ylim_are_marked_on_the_edge_not_hidden(tmp_path: Path) -> None:
+    figure = metric_curves({"x": write_run(tmp_path / "a", -2.0)}, ylim=(-1.0, 1.0))
+    ax = figure.axes[0]
+    curve, marks = ax.lines  # values -1.9, -1.8, -1.7: all below the limit
+    assert list(curve.get_ydata()) == [-1.0, -1.0, -1.0]
+    assert marks.get_marker() == "v" and list(marks.get_xdata()) == [10, 20, 30]
+    assert "values outside [-1, 1]" in figure.get_supxlabel()
+    unclipped = metric_curves({"x": write_run(tmp_path / "b", 0.0)}, ylim=(-1.0, 1.0))
+    assert len(unclipped.axes[0].lines) == 1 and unclipped.get_supxlabel() == ""
