@@ -13,7 +13,7 @@ import torch
 
 from latentlens.models import TransformerConfig
 from latentlens.training import TrainConfig, Trainer, model_for_task
-from tests.training.test_trainer import tiny_config
+from tests.training.test_trainer import learning_config, tiny_config
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -61,20 +61,7 @@ def test_bf16_on_cuda_learns(tmp_path: Path, options: dict) -> None:
     Seeded: a fresh model is at R² -52.6; on an H100 the three modes all reached 0.17 (the
     CUDA generator draws other batches than the CPU's, where this config reaches 0.33).
     """
-    config = Trainer.resolve_config(
-        "fuzzy-logic",
-        TransformerConfig.preset("fuzzy-logic", d_model=64, d_mlp=128, attention_dropout=0.0),
-        TrainConfig.for_task(
-            "fuzzy-logic",
-            steps=600,
-            eval_every=600,
-            batch_size=64,
-            warmup_steps=50,
-            eval_examples=512,
-            lr=3e-3,
-            precision="bf16",
-        ),
-    )
+    config = learning_config(precision="bf16")
     trainer = Trainer.create(tmp_path / "run", config, device="cuda", quiet=True, **options)
     before = trainer.evaluate("train")["r2"]
     records = trainer.train()
