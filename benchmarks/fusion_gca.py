@@ -218,8 +218,8 @@ def print_tables(results: dict[str, Any]) -> None:
         if "routing" in entry:
             moved = [r["moved"] for r in entry["routing"]]
             print(
-                f"\nrouting matrix of {system}: largest change from the first evaluation to the end "
-                f"{mean_std(moved)}; seed 0 at the end: {entry['routing'][0]['last']}"
+                f"\nrouting matrix of {system}: largest change from the first evaluation "
+                f"to the end {mean_std(moved)}; seed 0 at the end: {entry['routing'][0]['last']}"
             )
 
 
