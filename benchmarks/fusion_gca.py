@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import statistics
 import time
 from pathlib import Path
@@ -38,8 +37,8 @@ from latentlens.training import (
     RunDirectory,
     TrainConfig,
     Trainer,
-    list_checkpoints,
     model_for_task,
+    train_or_resume,
 )
 from latentlens.training.run_dir import read_jsonl
 
@@ -74,27 +73,16 @@ QUALITY = ("cter_instance", "cter_aggregate", "bleu_compound", "bleu_test")
 
 
 def train_one(out: Path, system: str, seed: int, size: dict, device: str) -> Path:
-    """Train one run (resume an unfinished one, reuse a finished one) in ``out/runs``."""
+    """Train one run in ``out/runs`` (reused if finished, resumed if interrupted)."""
     run = out / "runs" / f"{system}-s{seed}"
-    steps = size["train"].get("steps", TrainConfig.for_task("translation").steps)
     model = "transformer" if SYSTEMS[system]["fuse"] == "none" else "fusion"
-    if list_checkpoints(RunDirectory(run).checkpoints):
-        config = RunDirectory(run).read_config()
-        done = RunDirectory(run).read_metrics()
-        if not done or done[-1]["step"] < steps:
-            callbacks = default_callbacks(config)
-            Trainer.resume(run, device=device, quiet=True, callbacks=callbacks).train()
-        return run
-    shutil.rmtree(run, ignore_errors=True)  # new, or killed before its first checkpoint
     config = Trainer.resolve_config(
         "translation",
         model_for_task("translation", size["task"], model, **SYSTEMS[system], **size["model"]),
         TrainConfig.for_task("translation", seed=seed, **size["train"]),
         size["task"],
     )
-    callbacks = default_callbacks(config)
-    Trainer.create(run, config, device=device, quiet=True, callbacks=callbacks).train()
-    return run
+    return train_or_resume(run, config, default_callbacks(config), device=device, quiet=True)
 
 
 def final_quality(run: Path) -> dict[str, float]:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import statistics
 import sys
 import time
@@ -31,11 +30,10 @@ import torch
 from latentlens.figures import decoding_curves, metric_curves, save_figure
 from latentlens.probes import LatentDecodingTracker, read_decoding
 from latentlens.training import (
-    RunDirectory,
     TrainConfig,
     Trainer,
-    list_checkpoints,
     model_for_task,
+    train_or_resume,
 )
 
 SIZES: dict[str, dict[str, Any]] = {
@@ -78,20 +76,14 @@ def train_one(out: Path, kind: str, support: str, seed: int, size: dict, device:
     its final numbers."""
     run = out / "runs" / f"{kind}-{support}-s{seed}"
     task = {"support": support}
+    config = Trainer.resolve_config(
+        "modular-icl",
+        model_for_task("modular-icl", task, kind),
+        TrainConfig.for_task("modular-icl", kind, seed=seed, **size),
+        task,
+    )
     tracker = LatentDecodingTracker(examples=size["eval_examples"])
-    if list_checkpoints(RunDirectory(run).checkpoints):
-        done = RunDirectory(run).read_metrics()
-        if not done or done[-1]["step"] < size["steps"]:
-            Trainer.resume(run, device=device, quiet=True, callbacks=[tracker]).train()
-    else:  # new, or killed before its first checkpoint
-        shutil.rmtree(run, ignore_errors=True)
-        config = Trainer.resolve_config(
-            "modular-icl",
-            model_for_task("modular-icl", task, kind),
-            TrainConfig.for_task("modular-icl", kind, seed=seed, **size),
-            task,
-        )
-        Trainer.create(run, config, device=device, quiet=True, callbacks=[tracker]).train()
+    train_or_resume(run, config, [tracker], device=device, quiet=True)
     metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     last_step = metrics[-1]["step"]
     final = {r["split"]: r["r2"] for r in metrics if r["step"] == last_step}

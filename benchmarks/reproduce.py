@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import platform
-import shutil
 import statistics
 import sys
 import time
@@ -40,8 +39,8 @@ from latentlens.training import (
     RunDirectory,
     TrainConfig,
     Trainer,
-    list_checkpoints,
     model_for_task,
+    train_or_resume,
 )
 
 VARIANTS = {"softmax": "softmax", "linear": "linear", "hyla": "HYLA"}
@@ -71,20 +70,6 @@ SIZES = {
 OFFICIAL_FUZZY = {"softmax": (0.704, -0.55), "linear": (0.749, -0.49), "hyla": (0.760, -0.48)}
 # paper Table A1 (T=32, frac_test 0.7): OOD (held-out combination) R², printed there x 100
 PAPER_TABLE_A1 = {"softmax": 0.633, "linear": 0.599, "hyla": 0.811}
-
-
-def train_run(run: Path, config: dict[str, Any], device: str, graphs: bool) -> Path:
-    """Train ``config`` into ``run``: a finished run is reused, an interrupted one resumed."""
-    directory = RunDirectory(run)
-    if directory.config_path.is_file() and list_checkpoints(directory.checkpoints):
-        if directory.read_config()["train"] != config["train"]:
-            raise ValueError(f"{run} holds a different run; choose another --out")
-        if list_checkpoints(directory.checkpoints)[-1][0] < config["train"]["steps"]:
-            Trainer.resume(run, device=device, quiet=True, cuda_graphs=graphs).train()
-        return run
-    shutil.rmtree(run, ignore_errors=True)  # new, or killed before its first checkpoint
-    Trainer.create(run, config, device=device, quiet=True, cuda_graphs=graphs).train()
-    return run
 
 
 def final_r2(run: Path) -> dict[str, float]:
@@ -130,7 +115,13 @@ def fuzzy_logic(out: Path, size: Size, seeds: int, device: str) -> dict[str, Any
                     TrainConfig.for_task("fuzzy-logic", seed=seed, **size.train),
                     task,
                 )
-                run = train_run(out / f"{variant}-frac{frac}-s{seed}", config, device, graphs)
+                run = train_or_resume(
+                    out / f"{variant}-frac{frac}-s{seed}",
+                    config,
+                    device=device,
+                    quiet=True,
+                    cuda_graphs=graphs,
+                )
                 entry = final_r2(run)
                 if frac == 0.5:
                     entry["decoding"] = decoding_r2(run, size.probe_examples, device)

@@ -13,10 +13,12 @@ from latentlens.training.trainer import (
     Trainer,
     TrainingDiverged,
     model_for_task,
+    train_or_resume,
     weight_decay_groups,
 )
 
 __all__ = [
+    "train_or_resume",
     "MODEL_DEFAULTS",
     "TASK_DEFAULTS",
     "ActivationRecorder",

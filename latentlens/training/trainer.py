@@ -10,6 +10,7 @@ uninterrupted one.
 from __future__ import annotations
 
 import contextlib
+import shutil
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -416,3 +417,22 @@ def _summary(records: list[dict[str, Any]]) -> str:
         metric = next((k for k in ("r2", "accuracy") if k in record), "loss")
         parts.append(f"{record['split']} {metric} {record[metric]:.3f}")
     return ", ".join(parts)
+
+
+def train_or_resume(
+    run: str | Path, config: dict[str, Any], callbacks: Sequence[Callback] = (), **runtime: Any
+) -> Path:
+    """Bring the run in ``run`` to ``config``'s last step: reuse it if finished, resume it
+    if interrupted, start it if new (or killed before its first checkpoint). A run whose
+    stored training config differs from ``config``'s is an error, never overwritten."""
+    directory = RunDirectory(run)
+    found = list_checkpoints(directory.checkpoints) if directory.checkpoints.is_dir() else []
+    if found:
+        if directory.read_config()["train"] != config["train"]:
+            raise ValueError(f"{directory.path} holds a different run; choose another directory")
+        if found[-1][0] < config["train"]["steps"]:
+            Trainer.resume(run, callbacks=callbacks, **runtime).train()
+        return directory.path
+    shutil.rmtree(directory.path, ignore_errors=True)
+    Trainer.create(run, config, callbacks=callbacks, **runtime).train()
+    return directory.path

@@ -25,6 +25,7 @@ from latentlens.training import (
     TrainingDiverged,
     list_checkpoints,
     model_for_task,
+    train_or_resume,
     weight_decay_groups,
 )
 
@@ -294,3 +295,17 @@ def test_train_and_eval_commands(tmp_path: Path) -> None:
     proc = run_cli("train", "--resume", str(run), "--steps", "30")
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 2 and "train.steps=30 (the run has 20)" in err
+
+
+def test_train_or_resume_reuses_resumes_and_refuses_another_run(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    config = tiny_config(steps=40)
+    train_or_resume(run, config, quiet=True)
+    finished = digest(run / "checkpoints")
+    train_or_resume(run, config, quiet=True)  # finished: reused, nothing rewritten
+    assert digest(run / "checkpoints") == finished
+    (run / "checkpoints" / "step_00000040.safetensors").unlink()  # as if killed after 20
+    train_or_resume(run, config, quiet=True)
+    assert list_checkpoints(run / "checkpoints")[-1][0] == 40
+    with pytest.raises(ValueError, match="holds a different run"):
+        train_or_resume(run, tiny_config(steps=60), quiet=True)
