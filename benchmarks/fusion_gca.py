@@ -72,16 +72,21 @@ PAPER_RELATIVE_CTER = {
 QUALITY = ("cter_instance", "cter_aggregate", "bleu_compound", "bleu_test")
 
 
-def train_one(out: Path, system: str, seed: int, size: dict, device: str) -> Path:
-    """Train one run in ``out/runs`` (reused if finished, resumed if interrupted)."""
-    run = out / "runs" / f"{system}-s{seed}"
+def run_config(system: str, seed: int, size: dict) -> dict[str, Any]:
+    """The resolved config of one run (``Trainer.resolve_config``)."""
     model = "transformer" if SYSTEMS[system]["fuse"] == "none" else "fusion"
-    config = Trainer.resolve_config(
+    return Trainer.resolve_config(
         "translation",
         model_for_task("translation", size["task"], model, **SYSTEMS[system], **size["model"]),
         TrainConfig.for_task("translation", seed=seed, **size["train"]),
         size["task"],
     )
+
+
+def train_one(out: Path, system: str, seed: int, size: dict, device: str) -> Path:
+    """Train one run in ``out/runs`` (reused if finished, resumed if interrupted)."""
+    config = run_config(system, seed, size)
+    run = out / "runs" / f"{system}-s{seed}"
     return train_or_resume(run, config, default_callbacks(config), device=device, quiet=True)
 
 
@@ -118,6 +123,19 @@ def routing_summary(run: Path) -> dict[str, Any]:
     }
 
 
+def summarise(runs: dict[str, list[Path]]) -> dict[str, Any]:
+    """By system: every seed's final quality, and its fuse or routing summary if it has one."""
+    systems = {}
+    for system, paths in runs.items():
+        entry: dict[str, Any] = {"quality": [final_quality(p) for p in paths]}
+        if SYSTEMS[system]["fuse"] != "none":
+            entry["fuse"] = [fuse_summary(p) for p in paths]
+        if SYSTEMS[system]["connection"] != "none":
+            entry["routing"] = [routing_summary(p) for p in paths]
+        systems[system] = entry
+    return systems
+
+
 def mean_std(values: list[float]) -> str:
     if len(values) == 1:
         return f"{values[0]:.3f}"
@@ -146,14 +164,7 @@ def main() -> None:
         for seed in range(args.seeds):
             print(f"training {system}, seed {seed} ...", flush=True)
             runs.setdefault(system, []).append(train_one(out, system, seed, size, args.device))
-    results: dict[str, Any] = {"size": args.size, "seeds": args.seeds, "systems": {}}
-    for system, paths in runs.items():
-        entry: dict[str, Any] = {"quality": [final_quality(p) for p in paths]}
-        if SYSTEMS[system]["fuse"] != "none":
-            entry["fuse"] = [fuse_summary(p) for p in paths]
-        if SYSTEMS[system]["connection"] != "none":
-            entry["routing"] = [routing_summary(p) for p in paths]
-        results["systems"][system] = entry
+    results = {"size": args.size, "seeds": args.seeds, "systems": summarise(runs)}
     results["wall_s"] = round(time.perf_counter() - start, 1)
     (out / "results.json").write_text(json.dumps(results, indent=2))
     print_tables(results)

@@ -27,8 +27,9 @@ from typing import Any
 
 import torch
 
+from latentlens.cli_training import default_callbacks
 from latentlens.figures import decoding_curves, metric_curves, save_figure
-from latentlens.probes import LatentDecodingTracker, read_decoding
+from latentlens.probes import read_decoding
 from latentlens.training import (
     TrainConfig,
     Trainer,
@@ -71,19 +72,29 @@ ROWS = (
 )
 
 
-def train_one(out: Path, kind: str, support: str, seed: int, size: dict, device: str) -> dict:
-    """Train one run (resume an unfinished one, reuse a finished one in ``out``) and return
-    its final numbers."""
-    run = out / "runs" / f"{kind}-{support}-s{seed}"
+def run_config(kind: str, support: str, seed: int, size: dict) -> dict[str, Any]:
+    """The resolved config of one run (``Trainer.resolve_config``)."""
     task = {"support": support}
-    config = Trainer.resolve_config(
+    return Trainer.resolve_config(
         "modular-icl",
         model_for_task("modular-icl", task, kind),
         TrainConfig.for_task("modular-icl", kind, seed=seed, **size),
         task,
     )
-    tracker = LatentDecodingTracker(examples=size["eval_examples"])
-    train_or_resume(run, config, [tracker], device=device, quiet=True)
+
+
+def train_one(out: Path, kind: str, support: str, seed: int, size: dict, device: str) -> dict:
+    """Train one run (resume an unfinished one, reuse a finished one in ``out``) and return
+    its final numbers."""
+    run = out / "runs" / f"{kind}-{support}-s{seed}"
+    config = run_config(kind, support, seed, size)
+    train_or_resume(run, config, default_callbacks(config), device=device, quiet=True)
+    return final_numbers(run)
+
+
+def final_numbers(run: Path) -> dict[str, Any]:
+    """A finished run's R² (final and peak OOD, in-distribution, random control) and its
+    best z probes (any layer's residual stream; the bottleneck ẑ), at the last step."""
     metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     last_step = metrics[-1]["step"]
     final = {r["split"]: r["r2"] for r in metrics if r["step"] == last_step}
@@ -110,6 +121,19 @@ def summarize(values: list[float | None]) -> str:
     return f"{statistics.mean(values):.3f} ± {statistics.stdev(values):.3f}"
 
 
+def table_of(results: dict[str, dict[str, list[dict]]]) -> dict[str, dict[str, str]]:
+    """mean ± std over seeds of every row of :data:`ROWS`, by model kind; ``results`` holds
+    :func:`final_numbers` by kind, support and seed."""
+    table: dict[str, dict[str, str]] = {}
+    for kind in MODELS:
+        plus = results[kind]["connected-plus"]
+        column = {key: summarize([r[key] for r in plus]) for key, _ in ROWS[:6]}
+        for support in ("connected", "disconnected"):
+            column[f"ood_r2_{support}"] = summarize([r["ood_r2"] for r in results[kind][support]])
+        table[kind] = column
+    return table
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", choices=sorted(SIZES), default="cpu")
@@ -128,13 +152,7 @@ def main() -> None:
                 result = train_one(out, kind, support, seed, size, args.device)
                 results.setdefault(kind, {}).setdefault(support, []).append(result)
 
-    table: dict[str, dict[str, str]] = {}
-    for kind in MODELS:
-        plus = results[kind]["connected-plus"]
-        column = {key: summarize([r[key] for r in plus]) for key, _ in ROWS[:6]}
-        for support in ("connected", "disconnected"):
-            column[f"ood_r2_{support}"] = summarize([r["ood_r2"] for r in results[kind][support]])
-        table[kind] = column
+    table = table_of(results)
 
     wall = time.perf_counter() - start
     print(

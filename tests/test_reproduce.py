@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from pathlib import Path
 
@@ -15,34 +16,92 @@ SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "reproduce.py"
 def reproduce():
     spec = importlib.util.spec_from_file_location("reproduce", SCRIPT)
     module = importlib.util.module_from_spec(spec)
-    sys.modules["reproduce"] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
+    sys.modules["reproduce"] = module
+    spec.loader.exec_module(module)  # puts benchmarks/ on sys.path for its experiments
     return module
 
 
-def test_tiny_reproduction_writes_the_measured_numbers(tmp_path: Path, reproduce) -> None:
-    results = tmp_path / "RESULTS.md"
-    args = ["--size", "tiny", "--seeds", "1", "--device", "cpu", "--out", str(tmp_path / "runs")]
-    reproduce.main([*args, "--results", str(results)])
-    text = results.read_text()
-    assert "## Fuzzy logic" in text and "python benchmarks/reproduce.py --size tiny" in text
-    for variant in ("softmax", "linear", "hyla"):
-        run = tmp_path / "runs" / "fuzzy-logic" / f"{variant}-frac0.5-s0"
-        measured = reproduce.final_r2(run)
-        row = next(
-            line
-            for line in text.splitlines()
-            if line.startswith(f"| {reproduce.VARIANTS[variant]} |")
-        )
+def table_row(text: str, first_cells: str) -> str:
+    return next(line for line in text.splitlines() if line.startswith(f"| {first_cells} |"))
+
+
+def tables(markdown: str) -> list[str]:
+    return [line for line in markdown.splitlines() if line.startswith("|")]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory, reproduce) -> tuple[Path, Path, str]:
+    root = tmp_path_factory.mktemp("reproduce")
+    results = root / "docs" / "RESULTS.md"
+    args = ["--size", "tiny", "--seeds", "1", "--device", "cpu", "--jobs", "1"]
+    reproduce.main([*args, "--out", str(root / "runs"), "--results", str(results)])
+    return root / "runs", results, results.read_text()
+
+
+def test_every_experiment_is_written_with_its_figures(tiny, reproduce) -> None:
+    runs, results, text = tiny
+    assert "python benchmarks/reproduce.py --size tiny" in text
+    for module in reproduce.EXPERIMENTS.values():
+        assert f"## {module.TITLE}" in text
+    for figure in ("fuzzy-logic-sweep", "sraven-accuracy", "sraven-codes-hyla",
+                   "hyperteacher-decoding", "translation-fuse-weights"):  # fmt: skip
+        assert (results.parent / "figures" / f"{figure}.png").stat().st_size > 1_000
+        assert f"(figures/{figure}.png)" in text
+    timings = json.loads((runs / "timings.json").read_text())
+    planned = sum(len(m.plan("tiny", 1, runs / n)) for n, m in reproduce.EXPERIMENTS.items())
+    assert len(timings) == planned and all(seconds > 0 for seconds in timings.values())
+
+
+def test_the_tables_hold_each_runs_own_measurements(tiny) -> None:
+    import fusion_gca
+    import hyperteacher
+    from reproduction import fuzzy_logic_section, hyperteacher_section, translation_section
+    from reproduction.runs import metrics_at_end
+
+    runs, _, text = tiny
+    for variant, label in fuzzy_logic_section.VARIANTS.items():
+        measured = fuzzy_logic_section.final_r2(runs / "fuzzy-logic" / f"{variant}-frac0.5-s0")
+        row = table_row(text, label)
         assert f"| {measured['test']:.3f} |" in row and f"| {measured['ood']:.3f} |" in row
-    # a second call reuses the finished runs and writes the same tables
-    reproduce.main([*args, "--results", str(tmp_path / "again.md")])
+    hyla = metrics_at_end(runs / "sraven" / "hyla-s0")
+    row = table_row(text, "HYLA | multi")
+    assert f"| {100 * hyla['ood']['accuracy']:.1f} |" in row
+    assert f"| {100 * hyla['ood']['feature_accuracy']:.1f} |" in row
+    tanh = metrics_at_end(runs / "sraven" / "hyla-tanh-s0")["ood"]["feature_accuracy"]
+    assert f"| {100 * tanh:.1f} |" in table_row(text, "tanh")
+    run = hyperteacher_section.run_path(runs / "hyperteacher", "hypernetwork", "connected", 0)
+    connected = hyperteacher.final_numbers(run)["ood_r2"]
+    assert f"| {connected:.3f} |" in table_row(text, "OOD R², Connected")
+    quality = fusion_gca.final_quality(
+        translation_section.run_path(runs / "translation", "fusion-both", 0)
+    )
+    assert f"| {quality['bleu_test']:.3f} |" in table_row(text, "fusion-both")
 
-    def tables(markdown: str) -> list[str]:
-        return [line for line in markdown.splitlines() if line.startswith("|")]
 
-    assert tables((tmp_path / "again.md").read_text()) == tables(text)
-    assert len(tables(text)) == 2 * (2 + 3)  # two tables: header, rule, three variants
+def test_a_second_call_reuses_the_runs(tiny, reproduce, tmp_path: Path) -> None:
+    runs, _, text = tiny
+    before = (runs / "timings.json").read_text()
+    again = tmp_path / "again.md"
+    args = ["--size", "tiny", "--seeds", "1", "--device", "cpu", "--jobs", "2"]
+    reproduce.main([*args, "--out", str(runs), "--results", str(again)])
+    assert (runs / "timings.json").read_text() == before  # nothing was trained again
+    assert tables(again.read_text()) == tables(text)
+
+
+def test_worker_processes_train_what_one_process_would(reproduce, tmp_path: Path) -> None:
+    from reproduction import fuzzy_logic_section
+
+    args = ["--size", "tiny", "--seeds", "1", "--device", "cpu", "--only", "fuzzy-logic"]
+    for jobs in ("1", "2"):
+        out, results = tmp_path / f"runs{jobs}", tmp_path / f"jobs{jobs}" / "RESULTS.md"
+        reproduce.main([*args, "--jobs", jobs, "--out", str(out), "--results", str(results)])
+    for variant in fuzzy_logic_section.VARIANTS:
+        name = Path("fuzzy-logic") / f"{variant}-frac0.5-s0"
+        one = fuzzy_logic_section.final_r2(tmp_path / "runs1" / name)
+        two = fuzzy_logic_section.final_r2(tmp_path / "runs2" / name)
+        # same seed and data; the workers run one thread each, so only the order of float
+        # sums inside the kernels may differ
+        assert two == pytest.approx(one, abs=1e-4)
 
 
 def test_bad_arguments(reproduce) -> None:
@@ -50,3 +109,5 @@ def test_bad_arguments(reproduce) -> None:
         reproduce.main(["--seeds", "0"])
     with pytest.raises(SystemExit):
         reproduce.main(["--only", "chess"])
+    with pytest.raises(SystemExit):
+        reproduce.main(["--jobs", "-1"])

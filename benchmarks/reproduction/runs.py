@@ -1,0 +1,133 @@
+"""The runs an experiment needs, trained together in worker processes, with their timings.
+
+An experiment plans :class:`RunSpec` s (a run directory and its resolved config);
+:func:`train_all` brings every one to its last step with
+:func:`latentlens.training.train_or_resume` (reuse a finished run, resume an interrupted
+one), ``jobs`` at a time. Small models train faster as several one-thread processes than
+as one process with several threads, so on a CPU the default is one job per core. Each
+run's training time is kept in ``timings.json`` beside the runs, so that a report can say
+what a size costs even when some runs were found finished.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import time
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from latentlens.cli_training import default_callbacks
+from latentlens.devices import resolve_device
+from latentlens.probes.run import probe_run
+from latentlens.training import RunDirectory, list_checkpoints, train_or_resume
+
+TIMINGS = "timings.json"
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One training run: where it lives, its resolved config (``Trainer.resolve_config``),
+    and whether the task's probes (:func:`latentlens.probes.run.probe_run`) run on it after."""
+
+    path: Path
+    config: dict[str, Any]
+    probe_examples: int = 0
+
+
+@dataclass(frozen=True)
+class Runtime:
+    device: str
+    threads: int
+
+
+def finished(spec: RunSpec) -> bool:
+    checkpoints = RunDirectory(spec.path).checkpoints
+    found = list_checkpoints(checkpoints) if checkpoints.is_dir() else []
+    return bool(found) and found[-1][0] >= spec.config["train"]["steps"]
+
+
+def _probed(spec: RunSpec) -> bool:
+    return (spec.path / "probes" / "results.json").is_file()
+
+
+def train_one(spec: RunSpec, runtime: Runtime) -> float | None:
+    """Train (and probe) ``spec``; the seconds it took, ``None`` if nothing was left to do."""
+    if finished(spec) and (not spec.probe_examples or _probed(spec)):
+        return None
+    torch.set_num_threads(runtime.threads)
+    start = time.perf_counter()
+    cuda = resolve_device(runtime.device).type == "cuda"
+    train_or_resume(
+        spec.path,
+        spec.config,
+        default_callbacks(spec.config),
+        device=runtime.device,
+        quiet=True,
+        # the SVD of modular-icl's teacher norm syncs with the host: it cannot be captured
+        cuda_graphs=cuda and spec.config["task"]["name"] != "modular-icl",
+    )
+    if spec.probe_examples:
+        probe_run(spec.path, spec.probe_examples, device=runtime.device, quiet=True)
+    return time.perf_counter() - start
+
+
+def default_jobs(device: str) -> int:
+    """One job per CPU core on a CPU; one on a GPU (the step is already a CUDA graph)."""
+    return 1 if resolve_device(device).type == "cuda" else max(os.cpu_count() or 1, 1)
+
+
+def train_all(specs: Sequence[RunSpec], out: Path, device: str, jobs: int) -> dict[str, float]:
+    """Bring every spec to its last step, ``jobs`` processes at a time; returns (and keeps
+    in ``out/timings.json``) the training seconds of every run, by path relative to ``out``,
+    including those recorded when an earlier invocation trained them."""
+    if jobs < 1:
+        raise ValueError(f"jobs={jobs}: at least one job is needed")
+    timings_file = out / TIMINGS
+    timings = json.loads(timings_file.read_text()) if timings_file.is_file() else {}
+    threads = max((os.cpu_count() or 1) // jobs, 1) if jobs > 1 else torch.get_num_threads()
+    runtime = Runtime(device, threads)
+    names = [str(spec.path.relative_to(out)) for spec in specs]
+    if jobs == 1:
+        results = (train_one(spec, runtime) for spec in specs)
+        record(timings, timings_file, names, results)
+    else:
+        with ProcessPoolExecutor(jobs, mp_context=get_context("spawn")) as pool:
+            results = pool.map(train_one, specs, [runtime] * len(specs))
+            record(timings, timings_file, names, results)
+    return timings
+
+
+def record(timings: dict[str, float], path: Path, names: list[str], results) -> None:
+    """Store each finished run's seconds as it arrives (a killed invocation keeps them)."""
+    for name, seconds in zip(names, results, strict=True):
+        if seconds is not None:
+            timings[name] = round(seconds, 1)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(timings, indent=1, sort_keys=True) + "\n")
+        print(f"  {name}: " + ("found finished" if seconds is None else f"{seconds:.0f} s"),
+              flush=True)  # fmt: skip
+
+
+def metrics_at_end(run: Path) -> dict[str, dict[str, float]]:
+    """The last evaluation's metrics, by split."""
+    records = RunDirectory(run).read_metrics()
+    last = records[-1]["step"]
+    return {r["split"]: r for r in records if r["step"] == last}
+
+
+def mean_std(values: Sequence[float | None], digits: int = 3) -> str:
+    """``mean ± std`` over seeds (sample std); one value alone; ``n/a`` when none."""
+    present = [v for v in values if v is not None]
+    if not present:
+        return "n/a"
+    if len(present) == 1:
+        return f"{present[0]:.{digits}f}"
+    return f"{statistics.mean(present):.{digits}f} ± {statistics.stdev(present):.{digits}f}"
