@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from reproduction.runs import mean_std
 from safetensors.torch import load_file
 
 from latentlens.cli_training import default_callbacks
@@ -134,12 +135,6 @@ def summarise(runs: dict[str, list[Path]]) -> dict[str, Any]:
             entry["routing"] = [routing_summary(p) for p in paths]
         systems[system] = entry
     return systems
-
-
-def mean_std(values: list[float]) -> str:
-    if len(values) == 1:
-        return f"{values[0]:.3f}"
-    return f"{statistics.mean(values):.3f} ± {statistics.stdev(values):.3f}"
 
 
 def main() -> None:

@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import torch
+from reproduction.runs import mean_std
 
 from latentlens.cli_training import default_callbacks
 from latentlens.figures import decoding_curves, metric_curves, save_figure
@@ -112,24 +112,15 @@ def final_numbers(run: Path) -> dict[str, Any]:
     }
 
 
-def summarize(values: list[float | None]) -> str:
-    values = [v for v in values if v is not None]
-    if not values:
-        return "n/a"
-    if len(values) == 1:
-        return f"{values[0]:.3f}"
-    return f"{statistics.mean(values):.3f} ± {statistics.stdev(values):.3f}"
-
-
 def table_of(results: dict[str, dict[str, list[dict]]]) -> dict[str, dict[str, str]]:
     """mean ± std over seeds of every row of :data:`ROWS`, by model kind; ``results`` holds
     :func:`final_numbers` by kind, support and seed."""
     table: dict[str, dict[str, str]] = {}
     for kind in MODELS:
         plus = results[kind]["connected-plus"]
-        column = {key: summarize([r[key] for r in plus]) for key, _ in ROWS[:6]}
+        column = {key: mean_std([r[key] for r in plus]) for key, _ in ROWS[:6]}
         for support in ("connected", "disconnected"):
-            column[f"ood_r2_{support}"] = summarize([r["ood_r2"] for r in results[kind][support]])
+            column[f"ood_r2_{support}"] = mean_std([r["ood_r2"] for r in results[kind][support]])
         table[kind] = column
     return table
 

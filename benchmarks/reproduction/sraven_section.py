@@ -62,6 +62,15 @@ def configurations() -> dict[str, dict[str, Any]]:
     return configs
 
 
+def head_counts() -> list[tuple[str, str, str]]:
+    """``(variant, run name, "multi" | "single")`` of the multi- against single-head runs."""
+    return [
+        (variant, name, heads)
+        for variant in MAIN
+        for name, heads in ((variant, "multi"), (f"{variant}-single-head", "single"))
+    ]
+
+
 def model_config(task: dict[str, Any], model: dict[str, Any], choice: dict[str, Any]) -> Any:
     overrides = {**model, "attention": choice["attention"]}
     if "activation" in choice:
@@ -127,13 +136,14 @@ def report(out: Path, size: str, seeds: int, device: str, figures: Path) -> str:
     task = SIZES[size]["task"]
     sraven = make_task("sraven", task)
     chance = 100 / sraven.config.num_values
+    panel_chance = 100 / sraven.config.num_values**sraven.config.num_features
     runs = {name: [out / f"{name}-s{s}" for s in range(seeds)] for name in configurations()}
     lines = [
         f"## {TITLE}",
         "",
         f"Task {sraven.config.num_features} features of {sraven.config.num_values} values, "
         f"{seeds} seed(s). OOD = the held-out rule combinations; accuracy = the whole answer "
-        f"panel right (chance {chance**sraven.config.num_features / 100 ** (sraven.config.num_features - 1):.1f}%), "  # noqa: E501
+        f"panel right (chance {panel_chance:.1f}%), "
         f"per feature = each feature right (chance {chance:.1f}%). Instances whose first 8 "
         f"panels another rule also fits with a different answer: "
         f"{100 * ambiguous_rate(task, 'ood'):.1f}% of OOD problems. Paper: 4 layers, 20M "
@@ -143,14 +153,13 @@ def report(out: Path, size: str, seeds: int, device: str, figures: Path) -> str:
         "| paper OOD % |",
         "|---|---|---|---|---|---|",
     ]
-    for variant in MAIN:
-        for name, heads in ((variant, "multi"), (f"{variant}-single-head", "single")):
-            paper = f"{PAPER_TABLE_A1[variant]:.1f}" if heads == "multi" else "n/a"
-            lines.append(
-                f"| {ATTENTION_VARIANTS[variant].paper_name} | {heads} | "
-                f"{accuracy_cell(runs[name], 'test')} | {accuracy_cell(runs[name], 'ood')} | "
-                f"{accuracy_cell(runs[name], 'ood', 'feature_accuracy')} | {paper} |"
-            )
+    for variant, name, heads in head_counts():
+        paper = f"{PAPER_TABLE_A1[variant]:.1f}" if heads == "multi" else "n/a"
+        lines.append(
+            f"| {ATTENTION_VARIANTS[variant].paper_name} | {heads} | "
+            f"{accuracy_cell(runs[name], 'test')} | {accuracy_cell(runs[name], 'ood')} | "
+            f"{accuracy_cell(runs[name], 'ood', 'feature_accuracy')} | {paper} |"
+        )
     lines += [
         "",
         "Table A1 ablations (the paper reports SRAVEN for three of its rows):",
@@ -210,18 +219,17 @@ def latent_code_lines(runs: dict[str, list[Path]], seeds: int) -> list[str]:
         "topographic ρ | p |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    for variant in MAIN:
-        for name, heads in ((variant, "multi"), (f"{variant}-single-head", "single")):
-            probes = [read_probes(run) for run in runs[name]]
-            whole = [p["decoding"][0] for p in probes]  # every layer and head together
-            topography = [p["topography"] for p in probes]
-            lines.append(
-                f"| {ATTENTION_VARIANTS[variant].paper_name} | {heads} | "
-                f"{mean_std([100 * w['test'] for w in whole], digits=1)} | "
-                f"{mean_std([100 * w['chance'] for w in whole], digits=1)} | "
-                f"{mean_std([100 * w['shuffled'] for w in whole], digits=1)} | "
-                f"{mean_std([p['clustering']['kmeans']['ari'] for p in probes])} | "
-                f"{mean_std([t['rho'] for t in topography])} | "
-                f"{mean_std([t['p_value'] for t in topography])} |"
-            )
+    for variant, name, heads in head_counts():
+        probes = [read_probes(run) for run in runs[name]]
+        whole = [p["decoding"][0] for p in probes]  # every layer and head together
+        topography = [p["topography"] for p in probes]
+        lines.append(
+            f"| {ATTENTION_VARIANTS[variant].paper_name} | {heads} | "
+            f"{mean_std([100 * w['test'] for w in whole], digits=1)} | "
+            f"{mean_std([100 * w['chance'] for w in whole], digits=1)} | "
+            f"{mean_std([100 * w['shuffled'] for w in whole], digits=1)} | "
+            f"{mean_std([p['clustering']['kmeans']['ari'] for p in probes])} | "
+            f"{mean_std([t['rho'] for t in topography])} | "
+            f"{mean_std([t['p_value'] for t in topography])} |"
+        )
     return lines
