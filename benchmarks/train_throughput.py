@@ -13,7 +13,11 @@ official steps/s on a CPU, >= 3x on a GPU.
 
     python benchmarks/train_throughput.py [--task fuzzy-logic|sraven|all] [--device auto]
                                           [--steps 60] [--compile] [--cuda-graphs]
-                                          [--precision fp32|bf16]
+                                          [--precision fp32|bf16] [--seeds N]
+
+``--seeds N`` times instead N seeds trained at once in one process (``SeedGroup``: one
+vmapped eager step) against one eager run, and reports seed-steps per second (N x the
+group's steps/s), the throughput of a seed sweep.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from plain_twin import PlainTransformer  # noqa: E402
 
 from latentlens.devices import resolve_device  # noqa: E402
-from latentlens.training import TrainConfig, Trainer, model_for_task  # noqa: E402
+from latentlens.training import SeedGroup, TrainConfig, Trainer, model_for_task  # noqa: E402
 from latentlens.training.graphs import GraphedStep  # noqa: E402
 
 VARIANTS = ("softmax", "linear", "hyla")
@@ -112,8 +116,12 @@ def main() -> None:
     parser.add_argument("--compile", action="store_true")
     parser.add_argument("--cuda-graphs", action="store_true", help="capture each whole step")
     parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
+    parser.add_argument("--seeds", type=int, default=1, help="time N seeds trained at once")
     args = parser.parse_args()
     device = resolve_device(args.device)
+    if args.seeds > 1:
+        seed_sweep(args, device)
+        return
     kind = device.type
     tasks = ["fuzzy-logic", "sraven"] if args.task == "all" else [args.task]
     print(
@@ -161,6 +169,48 @@ def main() -> None:
         "\nofficial: reference/hyla.md section 7 (JAX; CPU figures exist for fuzzy logic "
         "only). calibrated = ll/twin here x twin/official on the official machine."
     )
+
+
+def seed_sweep(args: argparse.Namespace, device: torch.device) -> None:
+    """Seed-steps per second of a SeedGroup of ``args.seeds`` against one eager run."""
+    tasks = ["fuzzy-logic", "sraven"] if args.task == "all" else [args.task]
+    print(
+        f"{args.seeds} seeds at once vs one run, eager, on {device} "
+        f"({torch.get_num_threads()} threads), torch {torch.__version__}, batch 128 per seed, "
+        f"{args.precision}; {args.steps} timed steps in 5 interleaved rounds (median)\n"
+    )
+    print(f"{'task':<12}{'variant':<9}{'one run':>9}{'group':>8}{'seed-steps/s':>14}"
+          f"{'gain':>7}{'official':>10}{'vs official':>13}")  # fmt: skip
+    for task in tasks:
+        for variant in VARIANTS:
+            config = Trainer.resolve_config(
+                task,
+                model_for_task(task, attention=variant),
+                TrainConfig.for_task(task, batch_size=128, precision=args.precision),
+            )
+            single = Trainer(None, config, device=str(device), quiet=True)
+            group = SeedGroup(
+                [
+                    Trainer(
+                        None,
+                        {**config, "train": {**config["train"], "seed": seed}},
+                        device=str(device),
+                        quiet=True,
+                    )  # fmt: skip
+                    for seed in range(args.seeds)
+                ]
+            )
+            rates = interleaved_steps_per_second(
+                {"one": single.train_step, "group": group.train_step}, device, args.steps
+            )
+            seed_steps = rates["group"] * args.seeds
+            official = OFFICIAL.get((device.type, task), {}).get(variant)
+            versus = f"{seed_steps / official:.2f}x" if official else "n/a"
+            print(
+                f"{task:<12}{variant:<9}{rates['one']:>9.1f}{rates['group']:>8.1f}"
+                f"{seed_steps:>14.1f}{seed_steps / rates['one']:>6.2f}x"
+                f"{official or float('nan'):>10.0f}{versus:>13}"
+            )
 
 
 if __name__ == "__main__":

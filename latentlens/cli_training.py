@@ -21,10 +21,12 @@ from latentlens.training import (
     Callback,
     QuantityRecorder,
     RunDirectory,
+    SeedGroup,
     TrainConfig,
     Trainer,
     TrainingDiverged,
     model_for_task,
+    seed_configs,
 )
 from latentlens.training.distributed import shutdown_distributed
 
@@ -69,10 +71,19 @@ def add_train_parser(commands: argparse._SubParsersAction) -> None:
     )
     train.add_argument("--run-dir", help="run directory (default: runs/TASK-ATTENTION-sSEED)")
     train.add_argument(
+        "--seeds",
+        type=int,
+        nargs="+",
+        metavar="SEED",
+        help="train these seeds at once in one process (vmapped; eager only), one run "
+        "directory each: RUN_DIR-sSEED",
+    )
+    train.add_argument(
         "--resume",
         metavar="RUN_DIR",
-        help="continue this run from its newest "
-        "checkpoint (other config flags must match the stored config)",
+        nargs="+",
+        help="continue this run from its newest checkpoint (other config flags must match "
+        "the stored config); several runs trained together with --seeds resume together",
     )
     train.add_argument("--config", type=Path, help="JSON file with model/task/train sections")
     train.add_argument("--device", choices=DEVICE_CHOICES, default="auto")
@@ -169,33 +180,50 @@ def run_train(args: argparse.Namespace) -> int:
         device=args.device, quiet=args.quiet, compile=args.compile, cuda_graphs=args.cuda_graphs
     )
     try:
+        if args.seeds and (args.resume or args.seed is not None):
+            raise ValueError("--seeds starts new runs: drop --seed and --resume")
         if args.resume:
-            stored = RunDirectory(args.resume).read_config()
-            check_resume_flags(args, stored)
-            runtime["callbacks"] = default_callbacks(stored)
-            trainer = Trainer.resume(args.resume, **runtime)
+            stored = [RunDirectory(run).read_config() for run in args.resume]
+            for run, config in zip(args.resume, stored, strict=True):
+                check_resume_flags(args, config, run)
+            callbacks = [default_callbacks(config) for config in stored]
+            if len(args.resume) > 1:
+                trainer = SeedGroup.resume(args.resume, callbacks, **runtime)
+            else:
+                trainer = Trainer.resume(args.resume[0], callbacks=callbacks[0], **runtime)
         else:
             args.task, args.attention = args.task or "fuzzy-logic", args.attention or "softmax"
             args.model = args.model or "transformer"
             canonical_kind(args.task, args.model)  # a clear error for an unknown kind
             config = resolve_run_config(args)
-            seed = config["train"]["seed"]
             kind = "" if args.model in ("transformer", "vanilla") else f"{args.model}-"
-            run_dir = args.run_dir or f"runs/{args.task}-{kind}{args.attention}-s{seed}"
-            runtime["callbacks"] = default_callbacks(config)
-            trainer = Trainer.create(run_dir, config, **runtime)
-        records = trainer.train()
+            if args.seeds:
+                base = args.run_dir or f"runs/{args.task}-{kind}{args.attention}"
+                configs = seed_configs(config, args.seeds)
+                runs = [f"{base}-s{seed}" for seed in args.seeds]
+                callbacks = [default_callbacks(c) for c in configs]
+                trainer = SeedGroup.create(runs, configs, callbacks, **runtime)
+            else:
+                seed = config["train"]["seed"]
+                run_dir = args.run_dir or f"runs/{args.task}-{kind}{args.attention}-s{seed}"
+                runtime["callbacks"] = default_callbacks(config)
+                trainer = Trainer.create(run_dir, config, **runtime)
+        if isinstance(trainer, SeedGroup):
+            finished = list(zip(trainer.trainers, trainer.train(quiet=args.quiet), strict=True))
+        else:
+            finished = [(trainer, trainer.train())]
     except TrainingDiverged as err:
         raise ValueError(str(err)) from None
     finally:
         shutdown_distributed()
-    if trainer.dist.is_main:
-        print(f"run directory: {trainer.run_dir.path}")
-        print_table(records)
+    for one, records in finished:
+        if one.dist.is_main:
+            print(f"run directory: {one.run_dir.path}")
+            print_table(records)
     return 0
 
 
-def check_resume_flags(args: argparse.Namespace, stored: dict[str, Any]) -> None:
+def check_resume_flags(args: argparse.Namespace, stored: dict[str, Any], run: str) -> None:
     """With --resume, every config flag given must equal the stored run's value."""
     if args.config is not None:
         raise ValueError(
@@ -206,7 +234,7 @@ def check_resume_flags(args: argparse.Namespace, stored: dict[str, Any]) -> None
         stored_kind = stored.get("model_kind", "transformer")
         if canonical_kind(stored["task"]["name"], args.model) != stored_kind:
             raise ValueError(
-                f"the run in {args.resume} is a {stored_kind!r} model, not {args.model!r}; "
+                f"the run in {run} is a {stored_kind!r} model, not {args.model!r}; "
                 "resume without --model, or start a new run"
             )
     given.update({("task_config", k): getattr(args, k) for k in TASK_FLAGS})
@@ -221,7 +249,7 @@ def check_resume_flags(args: argparse.Namespace, stored: dict[str, Any]) -> None
     ]
     if differ:
         raise ValueError(
-            f"the run in {args.resume} was made with a different config: "
+            f"the run in {run} was made with a different config: "
             f"{'; '.join(differ)}. Resume without these flags, or start a new run"
         )
 

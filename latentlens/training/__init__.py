@@ -8,6 +8,7 @@ from latentlens.training.callbacks import (
 )
 from latentlens.training.checkpoint import CheckpointError, list_checkpoints, load_checkpoint
 from latentlens.training.config import MODEL_DEFAULTS, TASK_DEFAULTS, TrainConfig
+from latentlens.training.multiseed import SeedGroup, seed_configs
 from latentlens.training.run_dir import RunDirectory
 from latentlens.training.trainer import (
     Trainer,
@@ -18,6 +19,8 @@ from latentlens.training.trainer import (
 )
 
 __all__ = [
+    "SeedGroup",
+    "seed_configs",
     "train_or_resume",
     "MODEL_DEFAULTS",
     "TASK_DEFAULTS",

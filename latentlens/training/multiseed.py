@@ -1,0 +1,265 @@
+"""Several seeds of one run trained at once in one process (``torch.func``).
+
+Small models leave a GPU idle between kernel launches; a seed sweep can fill it instead.
+:class:`SeedGroup` stacks the parameters of S models (one per seed) on a leading seed
+axis, runs one vmapped forward and backward over S batches, and updates the stack with
+one fused AdamW, which is element-wise, so each seed's update is its own. Each seed keeps
+a whole :class:`~latentlens.training.Trainer`: its model initialised with its seed, its
+data stream, run directory, evaluations, checkpoints and callbacks, so every seed's run
+directory is an ordinary run (``latentlens eval``, ``probe`` and ``--resume`` of one seed
+alone work on it).
+
+With attention dropout off, a group trains every seed as its own run would, up to the
+order of float sums (tested). With dropout on, the masks come from the one process-wide
+generator, drawn per seed by ``vmap(randomness="different")``, so they differ from a
+single run's (a group resumed as a group is exact; one seed resumed alone continues with
+other masks). The seeds' models are brought up to date at each evaluation: an
+``on_step`` callback that reads a model between evaluations sees its last evaluated
+weights.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.func import functional_call, vmap
+from tqdm import tqdm
+
+from latentlens.tasks.base import Batch
+from latentlens.training.callbacks import Callback
+from latentlens.training.config import TrainConfig
+from latentlens.training.run_dir import RunDirectory
+from latentlens.training.trainer import LOG_EVERY, NO_BAD_STEP, Trainer
+
+
+def seed_configs(config: dict[str, Any], seeds: Sequence[int]) -> list[dict[str, Any]]:
+    """``config`` once per seed (``train.seed`` replaced)."""
+    if len(set(seeds)) != len(seeds) or not seeds:
+        raise ValueError(f"seeds={list(seeds)}: give one or more distinct seeds")
+    return [{**config, "train": {**config["train"], "seed": int(seed)}} for seed in seeds]
+
+
+def check_runtime(runtime: dict[str, Any]) -> None:
+    if runtime.get("compile") or runtime.get("cuda_graphs"):
+        raise ValueError(
+            "several seeds train eagerly in one vmapped step: drop --compile and --cuda-graphs "
+            "(or train the seeds as separate runs)"
+        )
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise ValueError("several seeds train in one process: run them without torchrun")
+
+
+def _without_seed(config: dict[str, Any]) -> dict[str, Any]:
+    return {**config, "train": {k: v for k, v in config["train"].items() if k != "seed"}}
+
+
+class SeedGroup:
+    """Train ``trainers`` (the same config but for ``train.seed``, at the same step, one
+    process, no CUDA graphs or compile) together; see the module docstring."""
+
+    def __init__(self, trainers: Sequence[Trainer]) -> None:
+        if not trainers:
+            raise ValueError("a seed group needs at least one trainer")
+        first = trainers[0]
+        for other in trainers[1:]:
+            if _without_seed(other.config) != _without_seed(first.config):
+                raise ValueError(
+                    f"{other.run_dir.path} and {first.run_dir.path} differ in more than "
+                    "train.seed; a seed group trains one config with several seeds"
+                )
+        seeds = [t.train_cfg.seed for t in trainers]
+        if len(set(seeds)) != len(seeds):
+            raise ValueError(f"the seeds {seeds} repeat; give each run its own seed")
+        if len({t.step for t in trainers}) != 1:
+            steps = {str(t.run_dir.path): t.step for t in trainers}
+            raise ValueError(f"the runs are at different steps {steps}; resume them one by one")
+        if any(t.dist.enabled or t.graphed is not None or t.forward is not t.model
+               for t in trainers):  # fmt: skip
+            raise ValueError(
+                "a seed group runs in one process without --cuda-graphs or --compile; "
+                "drop them (or train the seeds as separate runs)"
+            )
+        self.trainers = list(trainers)
+        self.train_cfg: TrainConfig = first.train_cfg
+        self.device = first.device
+        self.step = first.step
+        self.lr = torch.tensor(self.train_cfg.lr, device=self.device)
+        models = [dict(t.model.named_parameters()) for t in trainers]
+        self.params = {
+            name: torch.stack([m[name].detach() for m in models]).requires_grad_()
+            for name in models[0]
+        }
+        self.buffers = {
+            name: torch.stack([dict(t.model.named_buffers())[name] for t in trainers])
+            for name, _ in first.model.named_buffers()
+        }
+        decay = [p for p in self.params.values() if p.ndim - 1 >= 2]  # as weight_decay_groups
+        no_decay = [p for p in self.params.values() if p.ndim - 1 < 2]
+        self.optimizer = torch.optim.AdamW(
+            [
+                {"params": decay, "weight_decay": self.train_cfg.weight_decay},
+                {"params": no_decay, "weight_decay": 0.0},
+            ],
+            lr=self.lr,
+            betas=(0.9, 0.999),
+            eps=1e-8,
+            fused=True,
+        )
+        self._stack_optimizer_state()
+
+    # ----------------------------------------------------------------- construction
+    @classmethod
+    def create(
+        cls,
+        run_dirs: Sequence[str | Path],
+        configs: Sequence[dict[str, Any]],
+        callbacks: Sequence[Sequence[Callback]] | None = None,
+        **runtime: Any,
+    ) -> SeedGroup:
+        """New runs, one per (run directory, config); ``callbacks`` one list per run."""
+        if len(run_dirs) != len(configs):
+            raise ValueError(f"{len(run_dirs)} run directories for {len(configs)} configs")
+        check_runtime(runtime)
+        taken = [str(run) for run in run_dirs if RunDirectory(run).config_path.exists()]
+        if taken:  # checked before any directory is written
+            raise ValueError(f"{taken} already hold runs; choose other run directories")
+        callbacks = callbacks or [()] * len(configs)
+        return cls(
+            [
+                Trainer.create(run, config, callbacks=cbs, **runtime)
+                for run, config, cbs in zip(run_dirs, configs, callbacks, strict=True)
+            ]
+        )
+
+    @classmethod
+    def resume(
+        cls,
+        run_dirs: Sequence[str | Path],
+        callbacks: Sequence[Sequence[Callback]] | None = None,
+        **runtime: Any,
+    ) -> SeedGroup:
+        """Continue runs trained as a group, from their newest checkpoints."""
+        check_runtime(runtime)
+        callbacks = callbacks or [()] * len(run_dirs)
+        return cls(
+            [
+                Trainer.resume(run, callbacks=cbs, **runtime)
+                for run, cbs in zip(run_dirs, callbacks, strict=True)
+            ]
+        )
+
+    def _state_of(self, trainer: Trainer) -> dict[str, dict[str, torch.Tensor]]:
+        names = {id(p): n for n, p in trainer.model.named_parameters()}
+        return {names[id(p)]: s for p, s in trainer.optimizer.state.items()}
+
+    def _stack_optimizer_state(self) -> None:
+        """Resumed trainers carry AdamW state: stack it onto the group's parameters."""
+        states = [self._state_of(t) for t in self.trainers]
+        for name, param in self.params.items():
+            if name not in states[0]:
+                continue
+            self.optimizer.state[param] = {
+                "step": states[0][name]["step"].clone(),
+                **{
+                    key: torch.stack([s[name][key] for s in states]).to(param)
+                    for key in ("exp_avg", "exp_avg_sq")
+                },
+            }
+
+    def sync(self) -> None:
+        """Copy each seed's slice of the stacked weights and AdamW state into its trainer."""
+        with torch.no_grad():
+            for index, trainer in enumerate(self.trainers):
+                params = dict(trainer.model.named_parameters())
+                for name, stacked in self.params.items():
+                    params[name].copy_(stacked[index])
+                    state = self.optimizer.state.get(stacked)
+                    if state:
+                        trainer.optimizer.state[params[name]] = {
+                            "step": state["step"].clone(),
+                            "exp_avg": state["exp_avg"][index].clone(),
+                            "exp_avg_sq": state["exp_avg_sq"][index].clone(),
+                        }
+                trainer.step = self.step
+                trainer.lr.copy_(self.lr)
+
+    # ----------------------------------------------------------------- training
+    def _losses(self, batches: list[Batch]) -> torch.Tensor:
+        """``[seeds]``: each seed's loss on its batch, in one vmapped forward."""
+        first = self.trainers[0]
+        task, model = first.task, first.model
+
+        def one(params, buffers, inputs, targets, labels) -> torch.Tensor:
+            batch = Batch(inputs, targets, labels)
+            predictions = functional_call(model, (params, buffers), task.model_inputs(batch))
+            return task.loss(predictions.float(), batch)
+
+        stacked = [
+            torch.stack([b.inputs for b in batches]),
+            torch.stack([b.targets for b in batches]),
+            {k: torch.stack([b.labels[k] for b in batches]) for k in batches[0].labels},
+        ]
+        with first.autocast():
+            return vmap(one, randomness="different")(self.params, self.buffers, *stacked)
+
+    def _clip(self) -> None:
+        """Each seed's gradient clipped by its own global norm, as a single run would be."""
+        grads = [p.grad for p in self.params.values() if p.grad is not None]
+        squares = torch.stack([g.flatten(1).float().square().sum(1) for g in grads]).sum(0)
+        scale = (self.train_cfg.grad_clip / (squares.sqrt() + 1e-6)).clamp(max=1.0)
+        for grad in grads:
+            grad.mul_(scale.view(-1, *[1] * (grad.ndim - 1)).to(grad.dtype))
+
+    def train_step(self) -> torch.Tensor:
+        """One optimisation step of every seed; returns the losses ``[seeds]``."""
+        self.lr.fill_(self.train_cfg.learning_rate(self.step))
+        self.optimizer.zero_grad(set_to_none=True)
+        size = self.train_cfg.batch_size
+        batches = [t.task.sample(size, "train", t.data_generator) for t in self.trainers]
+        losses = self._losses(batches)
+        losses.sum().backward()  # the seeds share no parameter: each gets its own gradient
+        if self.train_cfg.grad_clip > 0:
+            self._clip()
+        self.optimizer.step()
+        self.step += 1
+        return losses.detach()
+
+    def train(self, quiet: bool = False) -> list[list[dict[str, Any]]]:
+        """Run every seed to ``train.steps``; returns each seed's last evaluation records."""
+        cfg = self.train_cfg
+        for trainer in self.trainers:
+            trainer.model.train()
+        seeds = len(self.trainers)
+        last: list[list[dict[str, Any]]] = [[] for _ in self.trainers]
+        first_bad = torch.full((seeds,), NO_BAD_STEP, dtype=torch.long, device=self.device)
+        running, count = torch.zeros(seeds, device=self.device), 0
+        bar = tqdm(total=cfg.steps, initial=self.step, disable=quiet,
+                   desc=f"train {seeds} seeds", dynamic_ncols=True)  # fmt: skip
+        with bar:
+            while self.step < cfg.steps:
+                losses = self.train_step()
+                bad = ~torch.isfinite(losses) & (first_bad == NO_BAD_STEP)
+                first_bad = torch.where(bad, self.step, first_bad)
+                running, count = running + losses, count + 1
+                for index, trainer in enumerate(self.trainers):
+                    for callback in trainer.callbacks:
+                        callback.on_step(trainer, self.step, losses[index])
+                at_eval = self.step % cfg.eval_every == 0 or self.step == cfg.steps
+                if self.step % LOG_EVERY == 0 or at_eval:
+                    for index, trainer in enumerate(self.trainers):
+                        trainer.check_finite(first_bad[index])
+                    bar.set_postfix(loss=f"{(running / count).mean().item():.4g}")
+                    running, count = torch.zeros_like(running), 0
+                bar.update(1)
+                if at_eval:
+                    self.sync()
+                    last = [t.evaluate_and_checkpoint() for t in self.trainers]
+        self.sync()
+        for trainer in self.trainers:
+            for callback in trainer.callbacks:
+                callback.on_end(trainer)
+        return last
