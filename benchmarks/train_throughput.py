@@ -26,7 +26,7 @@ import argparse
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
@@ -73,6 +73,18 @@ def interleaved_steps_per_second(
             synchronize(device)
             rates[name].append(per_round / (time.perf_counter() - start))
     return {name: statistics.median(values) for name, values in rates.items()}
+
+
+def reference_configs(tasks: list[str], precision: str) -> Iterator[tuple[str, str, dict]]:
+    """``(task, variant, config)`` of every timed model: the reference's size, batch 128."""
+    for task in tasks:
+        for variant in VARIANTS:
+            config = Trainer.resolve_config(
+                task,
+                model_for_task(task, attention=variant),
+                TrainConfig.for_task(task, batch_size=128, precision=precision),
+            )
+            yield task, variant, config
 
 
 def twin_step(trainer: Trainer) -> Callable[[], torch.Tensor]:
@@ -134,37 +146,31 @@ def main() -> None:
     header = (f"{'task':<12}{'variant':<9}{'latentlens':>11}{'twin here':>11}{'ll/twin':>9}"
               f"{'official':>10}{'ll/official':>13}{'calibrated':>12}")  # fmt: skip
     print(header)
-    for task in tasks:
-        for variant in VARIANTS:
-            config = Trainer.resolve_config(
-                task,
-                model_for_task(task, attention=variant),
-                TrainConfig.for_task(task, batch_size=128, precision=args.precision),
-            )
-            trainer = Trainer(
-                None,
-                config,
-                device=str(device),
-                quiet=True,
-                compile=args.compile,
-                cuda_graphs=args.cuda_graphs,
-            )
-            rates = interleaved_steps_per_second(
-                {"ours": trainer.train_step, "twin": twin_step(trainer)}, device, args.steps
-            )
-            ours, twin = rates["ours"], rates["twin"]
-            official = OFFICIAL.get((kind, task), {}).get(variant)
-            reference_twin = REFERENCE_TWIN.get((kind, task), {}).get(variant)
-            direct = f"{ours / official:.2f}x" if official else "n/a"
-            calibrated = (
-                f"{ours / twin * reference_twin / official:.2f}x"
-                if official and reference_twin
-                else "n/a"
-            )
-            print(
-                f"{task:<12}{variant:<9}{ours:>11.1f}{twin:>11.1f}{ours / twin:>9.2f}"
-                f"{official or float('nan'):>10.0f}{direct:>13}{calibrated:>12}"
-            )
+    for task, variant, config in reference_configs(tasks, args.precision):
+        trainer = Trainer(
+            None,
+            config,
+            device=str(device),
+            quiet=True,
+            compile=args.compile,
+            cuda_graphs=args.cuda_graphs,
+        )
+        rates = interleaved_steps_per_second(
+            {"ours": trainer.train_step, "twin": twin_step(trainer)}, device, args.steps
+        )
+        ours, twin = rates["ours"], rates["twin"]
+        official = OFFICIAL.get((kind, task), {}).get(variant)
+        reference_twin = REFERENCE_TWIN.get((kind, task), {}).get(variant)
+        direct = f"{ours / official:.2f}x" if official else "n/a"
+        calibrated = (
+            f"{ours / twin * reference_twin / official:.2f}x"
+            if official and reference_twin
+            else "n/a"
+        )
+        print(
+            f"{task:<12}{variant:<9}{ours:>11.1f}{twin:>11.1f}{ours / twin:>9.2f}"
+            f"{official or float('nan'):>10.0f}{direct:>13}{calibrated:>12}"
+        )
     print(
         "\nofficial: reference/hyla.md section 7 (JAX; CPU figures exist for fuzzy logic "
         "only). calibrated = ll/twin here x twin/official on the official machine."
@@ -181,36 +187,30 @@ def seed_sweep(args: argparse.Namespace, device: torch.device) -> None:
     )
     print(f"{'task':<12}{'variant':<9}{'one run':>9}{'group':>8}{'seed-steps/s':>14}"
           f"{'gain':>7}{'official':>10}{'vs official':>13}")  # fmt: skip
-    for task in tasks:
-        for variant in VARIANTS:
-            config = Trainer.resolve_config(
-                task,
-                model_for_task(task, attention=variant),
-                TrainConfig.for_task(task, batch_size=128, precision=args.precision),
-            )
-            single = Trainer(None, config, device=str(device), quiet=True)
-            group = SeedGroup(
-                [
-                    Trainer(
-                        None,
-                        {**config, "train": {**config["train"], "seed": seed}},
-                        device=str(device),
-                        quiet=True,
-                    )  # fmt: skip
-                    for seed in range(args.seeds)
-                ]
-            )
-            rates = interleaved_steps_per_second(
-                {"one": single.train_step, "group": group.train_step}, device, args.steps
-            )
-            seed_steps = rates["group"] * args.seeds
-            official = OFFICIAL.get((device.type, task), {}).get(variant)
-            versus = f"{seed_steps / official:.2f}x" if official else "n/a"
-            print(
-                f"{task:<12}{variant:<9}{rates['one']:>9.1f}{rates['group']:>8.1f}"
-                f"{seed_steps:>14.1f}{seed_steps / rates['one']:>6.2f}x"
-                f"{official or float('nan'):>10.0f}{versus:>13}"
-            )
+    for task, variant, config in reference_configs(tasks, args.precision):
+        single = Trainer(None, config, device=str(device), quiet=True)
+        group = SeedGroup(
+            [
+                Trainer(
+                    None,
+                    {**config, "train": {**config["train"], "seed": seed}},
+                    device=str(device),
+                    quiet=True,
+                )  # fmt: skip
+                for seed in range(args.seeds)
+            ]
+        )
+        rates = interleaved_steps_per_second(
+            {"one": single.train_step, "group": group.train_step}, device, args.steps
+        )
+        seed_steps = rates["group"] * args.seeds
+        official = OFFICIAL.get((device.type, task), {}).get(variant)
+        versus = f"{seed_steps / official:.2f}x" if official else "n/a"
+        print(
+            f"{task:<12}{variant:<9}{rates['one']:>9.1f}{rates['group']:>8.1f}"
+            f"{seed_steps:>14.1f}{seed_steps / rates['one']:>6.2f}x"
+            f"{official or float('nan'):>10.0f}{versus:>13}"
+        )
 
 
 if __name__ == "__main__":
