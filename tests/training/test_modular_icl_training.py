@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from latentlens.probes import read_decoding
 from latentlens.training import TrainConfig, Trainer, model_for_task
+from tests.test_cli import run_cli
 
 TASK = {"num_examples": 16}
 SMALL = dict(d_model=32, qk_dim=32, v_dim=32, d_mlp=64)
@@ -49,13 +48,13 @@ def test_both_models_learn_the_teacher(tmp_path: Path, kind: str) -> None:
 def test_train_command_with_hypernetwork_and_support(tmp_path: Path) -> None:
     run = tmp_path / "icl"
     command = [
-        sys.executable, "-m", "latentlens", "train", "--task", "modular-icl",
+        "train", "--task", "modular-icl",
         "--model", "hypernetwork", "--support", "disconnected", "--steps", "6",
         "--eval-every", "3", "--eval-examples", "64", "--batch-size", "16",
         "--d-model", "16", "--qk-dim", "16", "--v-dim", "16", "--d-mlp", "32",
         "--run-dir", str(run), "--quiet", "--device", "cpu",
     ]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    done = run_cli(*command)
     assert done.returncode == 0, done.stderr
     assert "control" in done.stdout and "r2" in done.stdout
     config = json.loads((run / "config.json").read_text())
@@ -71,10 +70,5 @@ def test_train_command_with_hypernetwork_and_support(tmp_path: Path) -> None:
     ]
     assert sorted({r["step"] for r in records}) == [3, 6]
 
-    wrong = subprocess.run(
-        [*command[:4], "--resume", str(run), "--model", "vanilla"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    wrong = run_cli("train", "--resume", str(run), "--model", "vanilla")
     assert wrong.returncode == 2 and "is a 'hypernetwork' model" in wrong.stderr

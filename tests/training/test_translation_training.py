@@ -4,8 +4,6 @@ weights, routing matrix and translation quality tracked over training, and their
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +15,7 @@ from latentlens.models import EncoderDecoderConfig, EncoderDecoderTransformer
 from latentlens.probes.translation import translation_quality
 from latentlens.tasks import make_task
 from latentlens.training import TrainConfig, Trainer, model_for_task
+from tests.test_cli import run_cli
 
 TINY = dict(d_model=32, n_heads=2, qk_dim=16, v_dim=16, d_mlp=64)
 
@@ -89,14 +88,13 @@ def test_translation_quality_of_a_perfect_and_a_broken_model() -> None:
 
 def test_train_command_with_fusion_and_gca_tracks_routing(tmp_path: Path) -> None:
     run = tmp_path / "mt"
-    command = [
-        sys.executable, "-m", "latentlens", "train", "--task", "translation",
+    done = run_cli(
+        "train", "--task", "translation",
         "--model", "fusion", "--fuse", "both", "--connection", "gca", "--steps", "6",
         "--eval-every", "3", "--eval-examples", "32", "--batch-size", "16",
         "--d-model", "16", "--n-heads", "2", "--qk-dim", "8", "--v-dim", "8",
         "--d-mlp", "32", "--run-dir", str(run), "--quiet", "--device", "cpu",
-    ]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, timeout=180)
+    )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "compound" in done.stdout and "token_accuracy" in done.stdout
     config = json.loads((run / "config.json").read_text())
@@ -120,27 +118,16 @@ def test_train_command_with_fusion_and_gca_tracks_routing(tmp_path: Path) -> Non
     assert all(0.0 <= q["cter_instance"] <= 1.0 and 0.0 <= q["bleu_test"] <= 100 for q in quality)
 
     assert fuse_weight_curves(run).axes and routing_evolution(run).axes
-    figures = subprocess.run(
-        [sys.executable, "-m", "latentlens", "figures", str(run), "--formats", "png"],
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
+    figures = run_cli("figures", str(run), "--formats", "png")
     assert figures.returncode == 0, figures.stderr
     written = {p.stem for p in (run / "figures").glob("*.png")}
     assert {"fuse_weights", "fuse_weights_heatmap", "routing"} <= written, written
 
 
 def test_fuse_and_connection_flags_are_checked(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "latentlens", "train", "--task", "translation",
-         "--connection", "diagonal", "--run-dir", str(tmp_path / "x")],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+    done = run_cli("train", "--task", "translation", "--connection", "diagonal",
+                   "--run-dir", str(tmp_path / "x"))  # fmt: skip
     assert done.returncode == 2 and "invalid choice: 'diagonal'" in done.stderr
-    done = subprocess.run(
-        [sys.executable, "-m", "latentlens", "train", "--task", "fuzzy-logic",
-         "--model", "fusion", "--run-dir", str(tmp_path / "y")],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+    done = run_cli("train", "--task", "fuzzy-logic", "--model", "fusion",
+                   "--run-dir", str(tmp_path / "y"))  # fmt: skip
     assert done.returncode == 2 and "'fusion' is for the translation task, not" in done.stderr
