@@ -16,8 +16,9 @@ official steps/s on a CPU, >= 3x on a GPU.
                                           [--precision fp32|bf16] [--seeds N]
 
 ``--seeds N`` times instead N seeds trained at once in one process (``SeedGroup``: one
-vmapped eager step) against one eager run, and reports seed-steps per second (N x the
-group's steps/s), the throughput of a seed sweep.
+vmapped step; with ``--compile`` and ``--cuda-graphs`` compiled and captured as a single
+run's) against one run in the same mode, and reports seed-steps per second (N x the
+group's steps/s), the throughput of a seed sweep, beside the official steps/s of one run.
 """
 
 from __future__ import annotations
@@ -35,7 +36,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from plain_twin import PlainTransformer  # noqa: E402
 
 from latentlens.devices import resolve_device  # noqa: E402
-from latentlens.training import SeedGroup, TrainConfig, Trainer, model_for_task  # noqa: E402
+from latentlens.training import (  # noqa: E402
+    SeedGroup,
+    TrainConfig,
+    Trainer,
+    model_for_task,
+    seed_configs,
+)
 from latentlens.training.graphs import GraphedStep  # noqa: E402
 
 VARIANTS = ("softmax", "linear", "hyla")
@@ -181,24 +188,22 @@ def seed_sweep(args: argparse.Namespace, device: torch.device) -> None:
     """Seed-steps per second of a SeedGroup of ``args.seeds`` against one eager run."""
     tasks = ["fuzzy-logic", "sraven"] if args.task == "all" else [args.task]
     print(
-        f"{args.seeds} seeds at once vs one run, eager, on {device} "
-        f"({torch.get_num_threads()} threads), torch {torch.__version__}, batch 128 per seed, "
-        f"{args.precision}; {args.steps} timed steps in 5 interleaved rounds (median)\n"
+        f"{args.seeds} seeds at once vs one run on {device} ({torch.get_num_threads()} "
+        f"threads), torch {torch.__version__}, batch 128 per seed, {args.precision}, "
+        f"compile={args.compile}, cuda_graphs={args.cuda_graphs}; {args.steps} timed steps "
+        "in 5 interleaved rounds (median)\n"
     )
     print(f"{'task':<12}{'variant':<9}{'one run':>9}{'group':>8}{'seed-steps/s':>14}"
           f"{'gain':>7}{'official':>10}{'vs official':>13}")  # fmt: skip
+    modes = dict(compile=args.compile, cuda_graphs=args.cuda_graphs)
     for task, variant, config in reference_configs(tasks, args.precision):
-        single = Trainer(None, config, device=str(device), quiet=True)
+        single = Trainer(None, config, device=str(device), quiet=True, **modes)
         group = SeedGroup(
             [
-                Trainer(
-                    None,
-                    {**config, "train": {**config["train"], "seed": seed}},
-                    device=str(device),
-                    quiet=True,
-                )  # fmt: skip
-                for seed in range(args.seeds)
-            ]
+                Trainer(None, seeded, device=str(device), quiet=True)
+                for seeded in seed_configs(config, range(args.seeds))
+            ],
+            **modes,
         )
         rates = interleaved_steps_per_second(
             {"one": single.train_step, "group": group.train_step}, device, args.steps

@@ -75,8 +75,8 @@ def add_train_parser(commands: argparse._SubParsersAction) -> None:
         type=int,
         nargs="+",
         metavar="SEED",
-        help="train these seeds at once in one process (vmapped; eager only), one run "
-        "directory each: RUN_DIR-sSEED",
+        help="train these seeds at once in one process (one vmapped step, which "
+        "--compile and --cuda-graphs apply to), one run directory each: RUN_DIR-sSEED",
     )
     train.add_argument(
         "--resume",

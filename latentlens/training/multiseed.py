@@ -3,7 +3,10 @@
 Small models leave a GPU idle between kernel launches; a seed sweep can fill it instead.
 :class:`SeedGroup` stacks the parameters of S models (one per seed) on a leading seed
 axis, runs one vmapped forward and backward over S batches, and updates the stack with
-one fused AdamW, which is element-wise, so each seed's update is its own. Each seed keeps
+one fused AdamW, which is element-wise, so each seed's update is its own. On CUDA the
+group's whole step can be captured in one CUDA graph and its forward compiled, as a single
+run's (``cuda_graphs``, ``compile``): one replay then launches each kernel once for all
+seeds. Each seed keeps
 a whole :class:`~latentlens.training.Trainer`: its model initialised with its seed, its
 data stream, run directory, evaluations, checkpoints and callbacks, so every seed's run
 directory is an ordinary run (``latentlens eval``, ``probe`` and ``--resume`` of one seed
@@ -29,11 +32,20 @@ import torch
 from torch.func import functional_call, vmap
 from tqdm import tqdm
 
+from latentlens.devices import resolve_device
+from latentlens.tasks import TASKS
 from latentlens.tasks.base import Batch
 from latentlens.training.callbacks import Callback
 from latentlens.training.config import TrainConfig
+from latentlens.training.graphs import GraphedStep
 from latentlens.training.run_dir import RunDirectory
-from latentlens.training.trainer import LOG_EVERY, NO_BAD_STEP, Trainer
+from latentlens.training.trainer import (
+    LOG_EVERY,
+    NO_BAD_STEP,
+    Trainer,
+    autocast_for,
+    check_cuda_options,
+)
 
 
 def seed_configs(config: dict[str, Any], seeds: Sequence[int]) -> list[dict[str, Any]]:
@@ -43,14 +55,14 @@ def seed_configs(config: dict[str, Any], seeds: Sequence[int]) -> list[dict[str,
     return [{**config, "train": {**config["train"], "seed": int(seed)}} for seed in seeds]
 
 
-def check_runtime(runtime: dict[str, Any]) -> None:
-    if runtime.get("compile") or runtime.get("cuda_graphs"):
-        raise ValueError(
-            "several seeds train eagerly in one vmapped step: drop --compile and --cuda-graphs "
-            "(or train the seeds as separate runs)"
-        )
+def check_group_options(
+    config: dict[str, Any], device: str, compile: bool, cuda_graphs: bool
+) -> None:
+    """The group's refusals, made before any run directory is written or truncated."""
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         raise ValueError("several seeds train in one process: run them without torchrun")
+    task_cls = TASKS[config["task"]["name"]][0]
+    check_cuda_options(resolve_device(device), task_cls, compile, cuda_graphs, distributed=False)
 
 
 def _without_seed(config: dict[str, Any]) -> dict[str, Any]:
@@ -59,9 +71,16 @@ def _without_seed(config: dict[str, Any]) -> dict[str, Any]:
 
 class SeedGroup:
     """Train ``trainers`` (the same config but for ``train.seed``, at the same step, one
-    process, no CUDA graphs or compile) together; see the module docstring."""
+    process, built without CUDA graphs or compile) together; see the module docstring.
 
-    def __init__(self, trainers: Sequence[Trainer]) -> None:
+    ``cuda_graphs`` captures the group's whole step (every seed's batch, the vmapped
+    forward and backward, clipping, AdamW) in one CUDA graph; ``compile`` compiles the
+    vmapped forward with ``torch.compile``. Both need CUDA, as for a single run.
+    """
+
+    def __init__(
+        self, trainers: Sequence[Trainer], compile: bool = False, cuda_graphs: bool = False
+    ) -> None:
         if not trainers:
             raise ValueError("a seed group needs at least one trainer")
         first = trainers[0]
@@ -80,13 +99,14 @@ class SeedGroup:
         if any(t.dist.enabled or t.graphed is not None or t.forward is not t.model
                for t in trainers):  # fmt: skip
             raise ValueError(
-                "a seed group runs in one process without --cuda-graphs or --compile; "
-                "drop them (or train the seeds as separate runs)"
+                "a seed group's trainers are single-process and built without --cuda-graphs "
+                "or --compile (pass those to the SeedGroup, which applies them to the group)"
             )
         self.trainers = list(trainers)
         self.train_cfg: TrainConfig = first.train_cfg
         self.device = first.device
         self.step = first.step
+        check_cuda_options(self.device, first.task, compile, cuda_graphs, distributed=False)
         self.lr = torch.tensor(self.train_cfg.lr, device=self.device)
         models = [dict(t.model.named_parameters()) for t in trainers]
         self.params = {
@@ -108,8 +128,20 @@ class SeedGroup:
             betas=(0.9, 0.999),
             eps=1e-8,
             fused=True,
+            capturable=cuda_graphs,
         )
         self._stack_optimizer_state()
+        losses = vmap(self._loss_of_one, randomness="different")
+        self._vmapped_losses = torch.compile(losses, dynamic=False) if compile else losses
+        self.graphed = (
+            GraphedStep(
+                self.compute_step,
+                lambda: self.optimizer.zero_grad(set_to_none=True),
+                generators=[t.data_generator for t in self.trainers],
+            )
+            if cuda_graphs
+            else None
+        )
 
     # ----------------------------------------------------------------- construction
     @classmethod
@@ -118,12 +150,15 @@ class SeedGroup:
         run_dirs: Sequence[str | Path],
         configs: Sequence[dict[str, Any]],
         callbacks: Sequence[Sequence[Callback]] | None = None,
+        compile: bool = False,
+        cuda_graphs: bool = False,
         **runtime: Any,
     ) -> SeedGroup:
-        """New runs, one per (run directory, config); ``callbacks`` one list per run."""
+        """New runs, one per (run directory, config); ``callbacks`` one list per run;
+        ``runtime`` as for :class:`Trainer` (``device``, ``quiet``)."""
         if len(run_dirs) != len(configs):
             raise ValueError(f"{len(run_dirs)} run directories for {len(configs)} configs")
-        check_runtime(runtime)
+        check_group_options(configs[0], runtime.get("device", "auto"), compile, cuda_graphs)
         taken = [str(run) for run in run_dirs if RunDirectory(run).config_path.exists()]
         if taken:  # checked before any directory is written
             raise ValueError(f"{taken} already hold runs; choose other run directories")
@@ -132,7 +167,9 @@ class SeedGroup:
             [
                 Trainer.create(run, config, callbacks=cbs, **runtime)
                 for run, config, cbs in zip(run_dirs, configs, callbacks, strict=True)
-            ]
+            ],
+            compile=compile,
+            cuda_graphs=cuda_graphs,
         )
 
     @classmethod
@@ -140,16 +177,22 @@ class SeedGroup:
         cls,
         run_dirs: Sequence[str | Path],
         callbacks: Sequence[Sequence[Callback]] | None = None,
+        compile: bool = False,
+        cuda_graphs: bool = False,
         **runtime: Any,
     ) -> SeedGroup:
         """Continue runs trained as a group, from their newest checkpoints."""
-        check_runtime(runtime)
+        if run_dirs:
+            stored = RunDirectory(run_dirs[0]).read_config()
+            check_group_options(stored, runtime.get("device", "auto"), compile, cuda_graphs)
         callbacks = callbacks or [()] * len(run_dirs)
         return cls(
             [
                 Trainer.resume(run, callbacks=cbs, **runtime)
                 for run, cbs in zip(run_dirs, callbacks, strict=True)
-            ]
+            ],
+            compile=compile,
+            cuda_graphs=cuda_graphs,
         )
 
     def _state_of(self, trainer: Trainer) -> dict[str, dict[str, torch.Tensor]]:
@@ -188,23 +231,30 @@ class SeedGroup:
                 trainer.lr.copy_(self.lr)
 
     # ----------------------------------------------------------------- training
+    def _loss_of_one(
+        self,
+        params: dict[str, torch.Tensor],
+        buffers: dict[str, torch.Tensor],
+        inputs: torch.Tensor,
+        targets: torch.Tensor,
+        labels: dict[str, torch.Tensor],
+    ) -> torch.Tensor:
+        """One seed's loss: its parameters and buffers, its batch (vmapped over seeds)."""
+        task, model = self.trainers[0].task, self.trainers[0].model
+        batch = Batch(inputs, targets, labels)
+        predictions = functional_call(model, (params, buffers), task.model_inputs(batch))
+        return task.loss(predictions.float(), batch)
+
     def _losses(self, batches: list[Batch]) -> torch.Tensor:
         """``[seeds]``: each seed's loss on its batch, in one vmapped forward."""
-        first = self.trainers[0]
-        task, model = first.task, first.model
-
-        def one(params, buffers, inputs, targets, labels) -> torch.Tensor:
-            batch = Batch(inputs, targets, labels)
-            predictions = functional_call(model, (params, buffers), task.model_inputs(batch))
-            return task.loss(predictions.float(), batch)
-
         stacked = [
             torch.stack([b.inputs for b in batches]),
             torch.stack([b.targets for b in batches]),
             {k: torch.stack([b.labels[k] for b in batches]) for k in batches[0].labels},
         ]
-        with first.autocast():
-            return vmap(one, randomness="different")(self.params, self.buffers, *stacked)
+        graphed = self.graphed is not None
+        with autocast_for(self.train_cfg.precision, self.device, graphed):
+            return self._vmapped_losses(self.params, self.buffers, *stacked)
 
     def _clip(self) -> None:
         """Each seed's gradient clipped by its own global norm, as a single run would be."""
@@ -217,7 +267,17 @@ class SeedGroup:
     def train_step(self) -> torch.Tensor:
         """One optimisation step of every seed; returns the losses ``[seeds]``."""
         self.lr.fill_(self.train_cfg.learning_rate(self.step))
-        self.optimizer.zero_grad(set_to_none=True)
+        if self.graphed is not None:
+            losses = self.graphed()
+        else:
+            self.optimizer.zero_grad(set_to_none=True)
+            losses = self.compute_step()
+        self.step += 1
+        return losses
+
+    def compute_step(self) -> torch.Tensor:
+        """Every seed's batch, forward, backward, clip and update (gradients None before);
+        returns the losses ``[seeds]``. Capturable in a CUDA graph."""
         size = self.train_cfg.batch_size
         batches = [t.task.sample(size, "train", t.data_generator) for t in self.trainers]
         losses = self._losses(batches)
@@ -225,7 +285,6 @@ class SeedGroup:
         if self.train_cfg.grad_clip > 0:
             self._clip()
         self.optimizer.step()
-        self.step += 1
         return losses.detach()
 
     def train(self, quiet: bool = False) -> list[list[dict[str, Any]]]:

@@ -73,6 +73,39 @@ def weight_decay_groups(model: torch.nn.Module, weight_decay: float) -> list[dic
     ]
 
 
+def check_cuda_options(
+    device: torch.device,
+    task: Task | type[Task],
+    compile: bool,
+    cuda_graphs: bool,
+    distributed: bool,
+) -> None:
+    """Refuse ``--compile`` and ``--cuda-graphs`` where they cannot work (``task``: the
+    task or its class)."""
+    if compile and device.type != "cuda":
+        raise ValueError("--compile is supported on CUDA only; drop it on the CPU")
+    if cuda_graphs and (device.type != "cuda" or distributed):
+        raise ValueError(
+            "--cuda-graphs captures the whole step on one CUDA device: it needs a CUDA "
+            "device and a single process (not torchrun); drop it here"
+        )
+    if cuda_graphs and not task.graph_capturable:
+        raise ValueError(
+            f"the {task.name} task's batches cannot be captured in a CUDA graph "
+            "(its sampler synchronises with the host); drop --cuda-graphs (--compile works)"
+        )
+
+
+def autocast_for(
+    precision: str, device: torch.device, graphed: bool
+) -> contextlib.AbstractContextManager:
+    """bf16 autocast for ``precision="bf16"``, else nothing. The cast cache would hold
+    tensors across a CUDA-graph capture: it is off for a ``graphed`` step."""
+    if precision == "bf16":
+        return torch.autocast(device.type, dtype=torch.bfloat16, cache_enabled=not graphed)
+    return contextlib.nullcontext()
+
+
 class Trainer:
     """Train a model (any kind of :data:`latentlens.models.MODEL_KINDS`) on a task, writing
     a run directory.
@@ -127,18 +160,7 @@ class Trainer:
             fused=True,
             capturable=cuda_graphs,
         )
-        if compile and self.device.type != "cuda":
-            raise ValueError("--compile is supported on CUDA only; drop it on the CPU")
-        if cuda_graphs and (self.device.type != "cuda" or self.dist.enabled):
-            raise ValueError(
-                "--cuda-graphs captures the whole step on one CUDA device: it needs a CUDA "
-                "device and a single process (not torchrun); drop it here"
-            )
-        if cuda_graphs and not self.task.graph_capturable:
-            raise ValueError(
-                f"the {self.task_name} task's batches cannot be captured in a CUDA graph "
-                "(its sampler synchronises with the host); drop --cuda-graphs (--compile works)"
-            )
+        check_cuda_options(self.device, self.task, compile, cuda_graphs, self.dist.enabled)
         trained: torch.nn.Module = self.model
         if self.dist.enabled:
             trained = torch.nn.parallel.DistributedDataParallel(self.model)
@@ -285,11 +307,7 @@ class Trainer:
 
     # ----------------------------------------------------------------- training
     def autocast(self) -> contextlib.AbstractContextManager:
-        if self.train_cfg.precision == "bf16":
-            # The cast cache would hold tensors across a CUDA-graph capture: keep it off there.
-            cache = self.graphed is None
-            return torch.autocast(self.device.type, dtype=torch.bfloat16, cache_enabled=cache)
-        return contextlib.nullcontext()
+        return autocast_for(self.train_cfg.precision, self.device, self.graphed is not None)
 
     def train_step(self) -> torch.Tensor:
         """One optimisation step; returns this rank's loss (on the device, no host sync)."""

@@ -20,6 +20,8 @@ from latentlens.training import (
     seed_configs,
 )
 
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
 TINY = dict(d_model=16, n_heads=4, qk_dim=8, v_dim=8, d_mlp=32)
 TASKS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "fuzzy-logic": ({}, {**TINY, "attention": "hyla"}),
@@ -93,13 +95,76 @@ def test_bad_groups_give_clear_errors_and_write_nothing(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="differ in more than train.seed"):
         SeedGroup.create([tmp_path / "x", tmp_path / "y"], [config, other], device="cpu")
     runs = [tmp_path / "p", tmp_path / "q"]
-    with pytest.raises(ValueError, match="drop --compile and --cuda-graphs"):
+    with pytest.raises(ValueError, match="--cuda-graphs .* needs a CUDA device"):
         SeedGroup.create(runs, seed_configs(config, [0, 1]), device="cpu", cuda_graphs=True)
+    with pytest.raises(ValueError, match="--compile is supported on CUDA only"):
+        SeedGroup.create(runs, seed_configs(config, [0, 1]), device="cpu", compile=True)
     assert not any(run.exists() for run in runs)
     Trainer.create(runs[1], config, device="cpu")
     with pytest.raises(ValueError, match="already hold runs"):
         SeedGroup.create(runs, seed_configs(config, [0, 1]), device="cpu")
     assert not runs[0].exists()
+
+
+def test_a_refused_group_resume_leaves_the_runs_untouched(tmp_path: Path) -> None:
+    runs = [tmp_path / "a", tmp_path / "b"]
+    SeedGroup.create(runs, seed_configs(tiny_config("sraven"), [0, 1]), device="cpu",
+                     quiet=True).train(quiet=True)  # fmt: skip
+    for run in runs:  # killed between the evaluations at steps 15 and 30
+        list_checkpoints(RunDirectory(run).checkpoints)[-1][1].unlink()
+    before = [RunDirectory(run).metrics_path.read_bytes() for run in runs]
+    with pytest.raises(ValueError, match="--cuda-graphs .* needs a CUDA device"):
+        SeedGroup.resume(runs, device="cpu", cuda_graphs=True)
+    assert [RunDirectory(run).metrics_path.read_bytes() for run in runs] == before
+
+
+def group_of(task: str, seeds: list[int], **options: Any) -> SeedGroup:
+    configs = seed_configs(tiny_config(task), seeds)
+    return SeedGroup([Trainer(None, c, device="cuda", quiet=True) for c in configs], **options)
+
+
+@needs_cuda
+@pytest.mark.parametrize("task", ["fuzzy-logic", "sraven", "translation"])
+@pytest.mark.parametrize(
+    "options", [dict(cuda_graphs=True), dict(compile=True), dict(compile=True, cuda_graphs=True)]
+)
+def test_a_graphed_or_compiled_group_steps_as_the_eager_group(task: str, options: dict) -> None:
+    """Capture and replay (and inductor's kernels) compute the eager group's steps: same
+    batches (each seed's generator advances in the graph), losses and weights."""
+    eager, fast = group_of(task, [0, 1]), group_of(task, [0, 1], **options)
+    eager_losses = torch.stack([eager.train_step() for _ in range(12)])
+    fast_losses = torch.stack([fast.train_step() for _ in range(12)])
+    if options.get("cuda_graphs"):
+        assert fast.graphed is not None and fast.graphed.graph is not None
+    # compile may fuse and reorder float sums: its tolerance is the single run's
+    tolerance = dict(rtol=1e-3, atol=1e-4) if options.get("compile") else dict(rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(fast_losses, eager_losses, **tolerance)
+    for name, stacked in eager.params.items():
+        torch.testing.assert_close(fast.params[name], stacked, **tolerance, msg=name)
+    eager.sync()
+    fast.sync()  # the evaluation machinery still reads each seed's model
+    torch.testing.assert_close(
+        fast.trainers[1].evaluate("train", examples=32)["loss"],
+        eager.trainers[1].evaluate("train", examples=32)["loss"],
+        **tolerance,
+    )
+
+
+@needs_cuda
+def test_a_graphed_group_resumed_ends_as_an_uninterrupted_one(tmp_path: Path) -> None:
+    configs = seed_configs(tiny_config("fuzzy-logic", dropout=0.1), [3, 4])
+    runs = [tmp_path / "a", tmp_path / "b"]
+    SeedGroup.create(runs, configs, device="cuda", quiet=True, cuda_graphs=True).train(True)
+    metrics = [RunDirectory(run).read_metrics() for run in runs]
+    for run in runs:
+        list_checkpoints(RunDirectory(run).checkpoints)[-1][1].unlink()
+    resumed = SeedGroup.resume(runs, device="cuda", quiet=True, cuda_graphs=True)
+    resumed.train(quiet=True)
+    for run, before in zip(runs, metrics, strict=True):
+        after = RunDirectory(run).read_metrics()
+        assert [(r["step"], r["split"]) for r in after] == [(r["step"], r["split"]) for r in before]
+        for a, b in zip(after, before, strict=True):
+            assert a == pytest.approx(b, rel=1e-5, abs=1e-6)
 
 
 def test_the_cli_trains_and_resumes_seeds_together(tmp_path: Path, capsys) -> None:
@@ -117,3 +182,7 @@ def test_the_cli_trains_and_resumes_seeds_together(tmp_path: Path, capsys) -> No
     assert main(["train", "--resume", f"{base}-s0", f"{base}-s5", "--device", "cpu"]) == 0
     assert main(["train", *flags, "--seeds", "1", "2", "--seed", "3"]) == 2
     assert "drop --seed" in capsys.readouterr().err
+    refused = ["train", *flags, "--seeds", "1", "2", "--cuda-graphs", "--run-dir", str(base)]
+    assert main(refused) == 2
+    assert "--cuda-graphs captures the whole step" in capsys.readouterr().err
+    assert not Path(f"{base}-s1").exists()
