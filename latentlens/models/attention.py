@@ -132,7 +132,8 @@ class Attention(nn.Module):
         k = self.hook_k(torch.einsum("bpm,hmd->bphd", kv, self.W_K) + self.b_K)
         v = self.hook_v(torch.einsum("bpm,hmd->bphd", kv, self.W_V) + self.b_V)
 
-        scores = torch.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(cfg.d_head)
+        # Scaling q ([.., d_head] per head) costs less than scaling the [.., key] scores.
+        scores = torch.einsum("bqhd,bkhd->bhqk", q * cfg.d_head**-0.5, k)
         if self.rel_pos is not None:
             scores = scores + self.rel_pos(q_len, k_len)
         mask = self._mask(batch, q_len, k_len, key_mask, x.device)
@@ -145,7 +146,7 @@ class Attention(nn.Module):
         if self.training and cfg.dropout > 0:
             # One dropout mask [1, 1, query, key] shared by the batch and all heads.
             keep = torch.rand(1, 1, q_len, k_len, device=x.device) >= cfg.dropout
-            pattern = pattern * keep.to(pattern.dtype) / (1.0 - cfg.dropout)
+            pattern = pattern * (keep.to(pattern.dtype) / (1.0 - cfg.dropout))
 
         if self.activation is None:
             z = torch.einsum("bhqk,bkhd->bqhd", pattern, v)
