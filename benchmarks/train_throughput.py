@@ -185,7 +185,8 @@ def main() -> None:
 
 
 def seed_sweep(args: argparse.Namespace, device: torch.device) -> None:
-    """Seed-steps per second of a SeedGroup of ``args.seeds`` against one eager run."""
+    """Seed-steps per second of a SeedGroup of ``args.seeds`` against one run, both in
+    the mode of ``--compile`` and ``--cuda-graphs``."""
     tasks = ["fuzzy-logic", "sraven"] if args.task == "all" else [args.task]
     print(
         f"{args.seeds} seeds at once vs one run on {device} ({torch.get_num_threads()} "

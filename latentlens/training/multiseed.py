@@ -6,11 +6,10 @@ axis, runs one vmapped forward and backward over S batches, and updates the stac
 one fused AdamW, which is element-wise, so each seed's update is its own. On CUDA the
 group's whole step can be captured in one CUDA graph and its forward compiled, as a single
 run's (``cuda_graphs``, ``compile``): one replay then launches each kernel once for all
-seeds. Each seed keeps
-a whole :class:`~latentlens.training.Trainer`: its model initialised with its seed, its
-data stream, run directory, evaluations, checkpoints and callbacks, so every seed's run
-directory is an ordinary run (``latentlens eval``, ``probe`` and ``--resume`` of one seed
-alone work on it).
+seeds. Each seed keeps a whole :class:`~latentlens.training.Trainer`: its model
+initialised with its seed, its data stream, run directory, evaluations, checkpoints and
+callbacks, so every seed's run directory is an ordinary run (``latentlens eval``,
+``probe`` and ``--resume`` of one seed alone work on it).
 
 With attention dropout off, a group trains every seed as its own run would, up to the
 order of float sums (tested). With dropout on, the masks come from the one process-wide
