@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Every check that needs a GPU, in as few commands as a short GPU lease allows: the CUDA
+# tests, then the training-throughput tables of one run and of seed groups. Each check
+# writes its raw output to OUT/NAME.txt (the README's GPU tables are read off these).
+#
+#   bash benchmarks/gpu_checks.sh OUT [CHECK ...]
+#
+# CHECKs (all, in this order, when none is named; name one per call on a short lease):
+#   tests     the CUDA tests of the trainer and the seed group
+#   single    one run per model, --cuda-graphs --compile, both tasks, beside the twin
+#   seeds     8 seeds at once vs one run, SRAVEN, --cuda-graphs with and without --compile
+#   seeds-fl  the same on fuzzy logic
+set -uo pipefail
+cd "$(dirname "$0")/.."
+if [[ $# -lt 1 ]]; then
+    echo "usage: bash benchmarks/gpu_checks.sh OUT [tests|single|seeds|seeds-fl ...]" >&2
+    exit 2
+fi
+out=$1
+shift
+checks=("$@")
+[[ ${#checks[@]} -eq 0 ]] && checks=(tests single seeds seeds-fl)
+python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" || {
+    echo "no CUDA device: these checks need a GPU" >&2
+    exit 2
+}
+mkdir -p "$out"
+status=0
+
+# run NAME COMMAND...: the command and its output, to the screen and to OUT/NAME.txt.
+run() {
+    local name=$1
+    shift
+    {
+        echo "\$ $*"
+        "$@" 2>&1
+    } | tee "$out/$name.txt"
+    [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
+}
+
+throughput=(python3 benchmarks/train_throughput.py --device cuda)
+for check in "${checks[@]}"; do
+    case $check in
+    tests)
+        # addopts holds --nbmake, a dev plugin a bare GPU image may lack.
+        run tests python3 -m pytest -q -o addopts="" -p no:cacheprovider \
+            tests/training/test_cuda.py tests/training/test_multiseed.py
+        ;;
+    single)
+        run single "${throughput[@]}" --steps 500 --cuda-graphs --compile
+        ;;
+    seeds)
+        run seeds_sraven_graphs "${throughput[@]}" --task sraven --seeds 8 --steps 200 \
+            --cuda-graphs
+        run seeds_sraven_graphs_compile "${throughput[@]}" --task sraven --seeds 8 \
+            --steps 200 --cuda-graphs --compile
+        ;;
+    seeds-fl)
+        run seeds_fuzzy_logic_graphs_compile "${throughput[@]}" --task fuzzy-logic --seeds 8 \
+            --steps 200 --cuda-graphs --compile
+        ;;
+    *)
+        echo "unknown check '$check': choose from tests, single, seeds, seeds-fl" >&2
+        exit 2
+        ;;
+    esac
+done
+exit $status
