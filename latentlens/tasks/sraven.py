@@ -182,7 +182,9 @@ class SRavenTask(Task):
         shown = grid.gather(-1, perms[:, None].expand(-1, GRID, -1, -1))
 
         panels = shown.reshape(batch_size, GRID * GRID, nf)
-        context = F.one_hot(panels[:, :-1].reshape(batch_size, -1), v).float()
+        # One-hot by comparison: F.one_hot checks the value range on the host on a CPU.
+        values = torch.arange(v, device=dev)
+        context = (panels[:, :-1].reshape(batch_size, -1, 1) == values).float()
         queries = torch.zeros(batch_size, nf, v, device=dev)
         answer = panels[:, -1]
         return Batch(
