@@ -1,9 +1,12 @@
-"""The training step reads nothing back to the host, so that a CUDA graph can capture it.
+"""The training step reads nothing back to the host and keeps its shapes, so that a CUDA
+graph can capture it and replay it.
 
 A CUDA graph cannot hold an op that waits for a device value on the host (``.item()``,
-``nonzero``, an SVD's error check, ...). Such ops reach the dispatcher on a CPU as well, so
-these tests catch them without a GPU: every task that lets ``--cuda-graphs`` through must
-dispatch none in its step, and the one that refuses it (modular ICL) does dispatch one.
+``nonzero``, an SVD's error check, ...), and a replay runs the captured kernels on the
+captured shapes. Both reach the dispatcher on a CPU as well, so these tests check them
+without a GPU: every task that lets ``--cuda-graphs`` through dispatches no host sync in its
+step and the same ops on the same shapes at every step, and the one that refuses it
+(modular ICL) does dispatch a host sync.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from typing import Any
 
 import pytest
 import torch
+from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from latentlens.training import SeedGroup, Trainer, seed_configs
@@ -42,11 +46,13 @@ BOOL_INDEXING = frozenset(
 
 
 class HostSyncRecorder(TorchDispatchMode):
-    """Records the name of every host-synchronising op dispatched inside the block."""
+    """Records the name of every host-synchronising op dispatched inside the block
+    (``seen``) and every op with its output shapes (``trace``)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.seen: list[str] = []
+        self.trace: list[tuple[str, list[tuple[int, ...]]]] = []
 
     def __torch_dispatch__(
         self,
@@ -58,7 +64,10 @@ class HostSyncRecorder(TorchDispatchMode):
         name = func._schema.name
         if name in HOST_SYNCS or (name in BOOL_INDEXING and bool_index(args)):
             self.seen.append(name)
-        return func(*args, **(kwargs or {}))
+        output = func(*args, **(kwargs or {}))
+        shapes = [tuple(t.shape) for t in pytree.tree_leaves(output) if isinstance(t, torch.Tensor)]
+        self.trace.append((str(func), shapes))
+        return output
 
 
 def bool_index(args: tuple[Any, ...]) -> bool:
@@ -70,14 +79,18 @@ def bool_index(args: tuple[Any, ...]) -> bool:
     )
 
 
-def syncs_of_one_step(trainer: Trainer | SeedGroup) -> list[str]:
-    """The host syncs of one step after a warm one (optimizer state made lazily), as the
-    graph would capture it: gradients None, then the step."""
-    trainer.train_step()
+def record_step(trainer: Trainer | SeedGroup) -> HostSyncRecorder:
+    """One step as the graph would capture it: gradients None, then the step."""
     trainer.optimizer.zero_grad(set_to_none=True)
     with HostSyncRecorder() as recorder:
         trainer.compute_step()
-    return recorder.seen
+    return recorder
+
+
+def syncs_of_one_step(trainer: Trainer | SeedGroup) -> list[str]:
+    """The host syncs of one step after a warm one (optimizer state is made lazily)."""
+    trainer.train_step()
+    return record_step(trainer).seen
 
 
 def config_for(task: str, grad_clip: float) -> dict[str, Any]:
@@ -108,6 +121,17 @@ def test_a_seed_groups_step_never_syncs_with_the_host(task: str, grad_clip: floa
     assert syncs_of_one_step(group) == []
 
 
+@pytest.mark.parametrize("task", sorted(name for name in TASKS if name != "modular-icl"))
+def test_every_step_runs_the_same_ops_on_the_same_shapes(task: str) -> None:
+    """What a replay assumes: the second and third steps dispatch what the first did."""
+    trainer = Trainer(None, config_for(task, grad_clip=1.0), device="cpu", quiet=True)
+    trainer.train_step()
+    first = record_step(trainer).trace
+    assert len(first) > 100  # a whole step: batch, forward, backward, clip, AdamW
+    for _ in range(2):
+        assert record_step(trainer).trace == first
+
+
 def test_the_recorder_sees_a_value_read_back() -> None:
     with HostSyncRecorder() as recorder:
         x = torch.arange(4.0)
@@ -121,3 +145,12 @@ def test_the_recorder_sees_a_value_read_back() -> None:
         "aten::nonzero",
         "aten::index_put_",
     ]
+
+
+def test_the_recorder_tells_apart_steps_of_other_shapes() -> None:
+    traces = []
+    for length in (3, 3, 4):
+        with HostSyncRecorder() as recorder:
+            torch.ones(length).cumsum(0)
+        traces.append(recorder.trace)
+    assert traces[0] == traces[1] != traces[2]
