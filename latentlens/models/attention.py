@@ -128,9 +128,8 @@ class Attention(nn.Module):
             check_input("kv", kv, (x.shape[0], None, cfg.kv_width), "[batch, key_pos, d_kv]")
         batch, q_len, k_len = x.shape[0], x.shape[1], kv.shape[1]
 
-        q = self.hook_q(torch.einsum("bpm,hmd->bphd", x, self.W_Q) + self.b_Q)
-        k = self.hook_k(torch.einsum("bpm,hmd->bphd", kv, self.W_K) + self.b_K)
-        v = self.hook_v(torch.einsum("bpm,hmd->bphd", kv, self.W_V) + self.b_V)
+        q, k, v = self._project(x, kv)
+        q, k, v = self.hook_q(q), self.hook_k(k), self.hook_v(v)
 
         # Scaling q ([.., d_head] per head) costs less than scaling the [.., key] scores.
         scores = torch.einsum("bqhd,bkhd->bhqk", q * cfg.d_head**-0.5, k)
@@ -156,6 +155,26 @@ class Attention(nn.Module):
             z = torch.einsum("bhqk,bqkd->bqhd", pattern, mixed)
         z = self.hook_z(z)
         return torch.einsum("bqhd,hdm->bqm", z, self.W_O) + self.b_O
+
+    def _project(
+        self, x: torch.Tensor, kv: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """q ``[batch, query_pos, head, d_head]``, k and v ``[batch, key_pos, head, d]``.
+
+        Projections of the same stream run as one matmul on their concatenated weights (q,
+        k and v in self-attention; k and v in cross-attention): fewer, wider kernels, each
+        output element the same dot product (up to float summation order). Each result is
+        its own contiguous tensor, as a separate projection's would be.
+        """
+        weights, biases = [self.W_K, self.W_V], [self.b_K, self.b_V]
+        if kv is x:
+            weights, biases = [self.W_Q, *weights], [self.b_Q, *biases]
+        fused = torch.einsum("bpm,hmd->bphd", kv, torch.cat(weights, -1)) + torch.cat(biases, -1)
+        parts = [t.contiguous() for t in fused.split([w.shape[-1] for w in weights], -1)]
+        if kv is x:
+            return parts[0], parts[1], parts[2]
+        q = torch.einsum("bpm,hmd->bphd", x, self.W_Q) + self.b_Q
+        return q, parts[0], parts[1]
 
     def _mask(
         self,
