@@ -10,16 +10,17 @@
 #   single    one run per model, --cuda-graphs --compile, both tasks, beside the twin
 #   seeds     8 seeds at once vs one run, SRAVEN, --cuda-graphs with and without --compile
 #   seeds-fl  the same on fuzzy logic
+#   kernels   kernel launches per compiled forward + backward (Triton), beside the twin
 set -uo pipefail
 cd "$(dirname "$0")/.."
 if [[ $# -lt 1 ]]; then
-    echo "usage: bash benchmarks/gpu_checks.sh OUT [tests|single|seeds|seeds-fl ...]" >&2
+    echo "usage: bash benchmarks/gpu_checks.sh OUT [tests|single|seeds|seeds-fl|kernels ...]" >&2
     exit 2
 fi
 out=$1
 shift
 checks=("$@")
-[[ ${#checks[@]} -eq 0 ]] && checks=(tests single seeds seeds-fl)
+[[ ${#checks[@]} -eq 0 ]] && checks=(tests single seeds seeds-fl kernels)
 python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" || {
     echo "no CUDA device: these checks need a GPU" >&2
     exit 2
@@ -59,8 +60,11 @@ for check in "${checks[@]}"; do
         run seeds_fuzzy_logic_graphs_compile "${throughput[@]}" --task fuzzy-logic --seeds 8 \
             --steps 200 --cuda-graphs --compile
         ;;
+    kernels)
+        run kernels python3 benchmarks/step_kernels.py --device cuda
+        ;;
     *)
-        echo "unknown check '$check': choose from tests, single, seeds, seeds-fl" >&2
+        echo "unknown check '$check': choose from tests, single, seeds, seeds-fl, kernels" >&2
         exit 2
         ;;
     esac

@@ -1,0 +1,92 @@
+"""Kernels per compiled training step: the hooked model against its plain-PyTorch twin.
+
+On a GPU a small model's graphed step is bound by kernel latency rather than arithmetic
+(reference models, batch 128: a few microseconds a kernel), so the number of kernels that
+torch.compile leaves in the forward and backward is what a replay costs. This script
+compiles each model's forward (static shapes, as ``--compile`` does), runs one forward and
+backward of the task's loss, and counts the kernels inductor's generated code launches:
+its own fused kernels and the library calls (matmuls). Inductor's CPU and GPU code
+generators share most fusion decisions, so a CPU's count is a guide to a GPU's; run it with
+``--device cuda`` for the GPU's own.
+
+    python benchmarks/step_kernels.py [--task fuzzy-logic|sraven|all] [--device auto]
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+import torch
+from torch._inductor.utils import run_and_get_code
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from plain_twin import PlainTransformer  # noqa: E402
+
+from latentlens.devices import resolve_device  # noqa: E402
+from latentlens.training import TrainConfig, Trainer, model_for_task  # noqa: E402
+
+VARIANTS = ("softmax", "linear", "hyla")
+KERNEL_DEFINITION = re.compile(r"^(\w+) = async_compile\.\w+\(", re.M)
+CALL = re.compile(r"^\s+([\w.]+)\(", re.M)
+
+
+def launches(code: str) -> tuple[int, int]:
+    """``(fused, library)``: kernel launches in the ``call`` function of inductor's
+    generated ``code``: its own kernels, and library calls (``extern_kernels.*``)."""
+    defined = set(KERNEL_DEFINITION.findall(code))
+    body = code.split("def call(", 1)[1].split("\ndef ", 1)[0]
+    names = [name.removesuffix(".run") for name in CALL.findall(body)]
+    fused = sum(name in defined for name in names)
+    library = sum(name.startswith("extern_kernels.") for name in names)
+    return fused, library
+
+
+def step_launches(trainer: Trainer, model: torch.nn.Module) -> tuple[int, int]:
+    """Kernel launches of ``model``'s compiled forward and backward on one batch."""
+    torch._dynamo.reset()
+    compiled = torch.compile(model, dynamic=False)
+    batch = trainer.task.sample(128, "train", trainer.task.make_generator(0))
+
+    def step() -> None:
+        outputs = compiled(*trainer.task.model_inputs(batch)).float()
+        trainer.task.loss(outputs, batch).backward()
+
+    _, codes = run_and_get_code(step)
+    counts = [launches(code) for code in codes]
+    return sum(f for f, _ in counts), sum(lib for _, lib in counts)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--task", default="all", choices=["fuzzy-logic", "sraven", "all"])
+    parser.add_argument("--device", default="auto")
+    args = parser.parse_args()
+    device = resolve_device(args.device)
+    tasks = ["fuzzy-logic", "sraven"] if args.task == "all" else [args.task]
+    print(
+        f"kernel launches per compiled forward + backward on {device}, torch "
+        f"{torch.__version__}, reference sizes, batch 128 (fused + library = total)\n"
+    )
+    print(f"{'task':<12}{'variant':<9}{'latentlens':>20}{'plain twin':>20}{'ratio':>8}")
+    for task in tasks:
+        for variant in VARIANTS:
+            config = Trainer.resolve_config(
+                task,
+                model_for_task(task, attention=variant),
+                TrainConfig.for_task(task, batch_size=128),
+            )
+            trainer = Trainer(None, config, device=str(device), quiet=True)
+            twin = PlainTransformer(trainer.model_cfg).to(device).train()
+            twin.load_state_dict(trainer.model.state_dict())
+            ours = step_launches(trainer, trainer.model)
+            plain = step_launches(trainer, twin)
+            cells = [f"{f} + {lib} = {f + lib}" for f, lib in (ours, plain)]
+            ratio = sum(ours) / sum(plain)
+            print(f"{task:<12}{variant:<9}{cells[0]:>20}{cells[1]:>20}{ratio:>8.2f}")
+
+
+if __name__ == "__main__":
+    main()
