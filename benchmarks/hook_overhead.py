@@ -60,7 +60,11 @@ def main() -> None:
         torch.manual_seed(0)
         reference = hooked(x)
         torch.manual_seed(0)
-        assert torch.equal(reference, plain(x)), "twin and hooked model disagree"
+        # Same function up to float rounding (the hooked attention scales q rather than the
+        # scores and projects q, k and v in one matmul): ~4e-7 relative here.
+        torch.testing.assert_close(
+            plain(x), reference, rtol=1e-5, atol=1e-5, msg="twin and hooked model disagree"
+        )
         for _ in range(5):
             step_seconds(hooked, x, device), step_seconds(plain, x, device)
         times: dict[str, list[float]] = {"hooked": [], "plain": []}
