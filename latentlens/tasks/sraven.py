@@ -59,6 +59,20 @@ RULE_NAMES = (
 )
 PROGRESSION_STEPS = {1: 1, 2: 2, 3: -1, 4: -2}
 GRID = 3
+DISTRIBUTE_THREE = RULE_NAMES.index("distribute-three")
+
+
+def arithmetic_coefficients() -> torch.Tensor:
+    """``[rule, (A, B, C), column]``: rules 0-6 set column c of a row with draws s, t to
+    ``(s A[c] + t B[c] + C[c]) mod V``; distribute-three's row is all zeros (unused)."""
+    table = torch.zeros(len(RULE_NAMES), 3, GRID, dtype=torch.long)
+    columns = torch.arange(GRID)
+    table[0, 0] = 1  # constant: s, s, s
+    for rule, step in PROGRESSION_STEPS.items():  # s, s + d, s + 2d
+        table[rule, 0], table[rule, 2] = 1, step * columns
+    table[5] = torch.tensor([[1, 0, 1], [0, 1, 1], [0, 0, 0]])  # addition: s, t, s + t
+    table[6] = torch.tensor([[1, 0, 1], [0, 1, -1], [0, 0, 0]])  # subtraction: s, t, s - t
+    return table
 
 
 @dataclass(frozen=True)
@@ -158,6 +172,8 @@ class SRavenTask(Task):
             "ood": self.ood_indices.to(self.device),
         }
         self._multisets = self.rule_multisets.to(self.device)
+        self._coefficients = arithmetic_coefficients().to(self.device)
+        self._values = torch.arange(cfg.num_values, device=self.device)
 
     def sample(
         self, batch_size: int, split: str = "train", generator: torch.Generator | None = None
@@ -183,8 +199,7 @@ class SRavenTask(Task):
 
         panels = shown.reshape(batch_size, GRID * GRID, nf)
         # One-hot by comparison: F.one_hot checks the value range on the host on a CPU.
-        values = torch.arange(v, device=dev)
-        context = (panels[:, :-1].reshape(batch_size, -1, 1) == values).float()
+        context = (panels[:, :-1].reshape(batch_size, -1, 1) == self._values).float()
         queries = torch.zeros(batch_size, nf, v, device=dev)
         answer = panels[:, -1]
         return Batch(
@@ -201,23 +216,27 @@ class SRavenTask(Task):
         )
 
     def _rule_grids(self, rules: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
-        """One 3x3 grid per (example, feature) following its rule: ``[batch, F, 3, 3]``."""
+        """One 3x3 grid per (example, feature) following its rule: ``[batch, F, 3, 3]``.
+
+        Every row draws two values s and t; the arithmetic rules (0-6) set column c to
+        ``(s A[c] + t B[c] + C[c]) mod V`` with the rule's coefficients (see
+        :func:`arithmetic_coefficients`), distribute-three permutes three distinct symbols.
+        """
         v, dev = self.config.num_values, self.device
         shape = (*rules.shape, GRID)
         start = torch.randint(v, shape, generator=gen, device=dev)[..., None]  # [b, F, row, 1]
         second = torch.randint(v, shape, generator=gen, device=dev)[..., None]
-        column = torch.arange(GRID, device=dev)
-        candidates = [start.expand(*shape, GRID)]
-        for step in PROGRESSION_STEPS.values():
-            candidates.append((start + step * column) % v)
-        candidates.append(torch.cat([start, second, (start + second) % v], -1))
-        candidates.append(torch.cat([start, second, (start - second) % v], -1))
         symbols = torch.rand(*rules.shape, v, generator=gen, device=dev).argsort(-1)[..., :GRID]
         row_order = torch.rand(*shape, GRID, generator=gen, device=dev).argsort(-1)
-        candidates.append(symbols[..., None, :].expand(*shape, GRID).gather(-1, row_order))
-        stacked = torch.stack(candidates, dim=-3)  # [b, F, rule, row, column]
-        index = rules[..., None, None, None].expand(*rules.shape, 1, GRID, GRID)
-        return stacked.gather(-3, index)[..., 0, :, :]
+        coefficients = self._coefficients[rules][..., None, :, :]  # [b, F, 1, (A, B, C), 3]
+        arithmetic = (
+            start * coefficients[..., 0, :]
+            + second * coefficients[..., 1, :]
+            + coefficients[..., 2, :]
+        ) % v
+        distribute = symbols[..., None, :].expand(*shape, GRID).gather(-1, row_order)
+        is_distribute = (rules == DISTRIBUTE_THREE)[..., None, None]
+        return torch.where(is_distribute, distribute, arithmetic)
 
     def ambiguous(self, batch: Batch) -> torch.Tensor:
         """``[batch]`` bool: some feature admits another rule that fits its first 8 panels
