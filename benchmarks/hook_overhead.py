@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from plain_twin import PlainTransformer  # noqa: E402
+from plain_twin import twin_of  # noqa: E402
 
 from latentlens.devices import resolve_device  # noqa: E402
 from latentlens.models import DecoderTransformer, TransformerConfig  # noqa: E402
@@ -54,8 +54,7 @@ def main() -> None:
     for variant in ("softmax", "linear", "hyla"):
         cfg = TransformerConfig.preset(args.preset, attention=variant)
         hooked = DecoderTransformer(cfg).to(device).train()
-        plain = PlainTransformer(cfg).to(device).train()
-        plain.load_state_dict(hooked.state_dict(), strict=True)
+        plain = twin_of(hooked, cfg)
         x = torch.rand(args.batch, cfg.n_ctx, cfg.d_input, device=device)
         torch.manual_seed(0)
         reference = hooked(x)

@@ -95,3 +95,11 @@ class PlainTransformer(nn.Module):
         for block in self.blocks:
             x = block(x)
         return self.unembed(self.ln_final(x))
+
+
+def twin_of(model: nn.Module, cfg: TransformerConfig) -> PlainTransformer:
+    """The plain twin of the hooked ``model`` (built from ``cfg``): its weights, device
+    and train/eval mode."""
+    twin = PlainTransformer(cfg).to(next(model.parameters()).device).train(model.training)
+    twin.load_state_dict(model.state_dict(), strict=True)
+    return twin

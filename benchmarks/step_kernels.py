@@ -23,12 +23,12 @@ import torch
 from torch._inductor.utils import run_and_get_code
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from plain_twin import PlainTransformer  # noqa: E402
+from plain_twin import twin_of  # noqa: E402
+from train_throughput import reference_configs  # noqa: E402
 
 from latentlens.devices import resolve_device  # noqa: E402
-from latentlens.training import TrainConfig, Trainer, model_for_task  # noqa: E402
+from latentlens.training import Trainer  # noqa: E402
 
-VARIANTS = ("softmax", "linear", "hyla")
 KERNEL_DEFINITION = re.compile(r"^(\w+) = async_compile\.\w+\(", re.M)
 CALL = re.compile(r"^\s+([\w.]+)\(", re.M)
 
@@ -71,21 +71,13 @@ def main() -> None:
         f"{torch.__version__}, reference sizes, batch 128 (fused + library = total)\n"
     )
     print(f"{'task':<12}{'variant':<9}{'latentlens':>20}{'plain twin':>20}{'ratio':>8}")
-    for task in tasks:
-        for variant in VARIANTS:
-            config = Trainer.resolve_config(
-                task,
-                model_for_task(task, attention=variant),
-                TrainConfig.for_task(task, batch_size=128),
-            )
-            trainer = Trainer(None, config, device=str(device), quiet=True)
-            twin = PlainTransformer(trainer.model_cfg).to(device).train()
-            twin.load_state_dict(trainer.model.state_dict())
-            ours = step_launches(trainer, trainer.model)
-            plain = step_launches(trainer, twin)
-            cells = [f"{f} + {lib} = {f + lib}" for f, lib in (ours, plain)]
-            ratio = sum(ours) / sum(plain)
-            print(f"{task:<12}{variant:<9}{cells[0]:>20}{cells[1]:>20}{ratio:>8.2f}")
+    for task, variant, config in reference_configs(tasks, "fp32"):
+        trainer = Trainer(None, config, device=str(device), quiet=True)
+        ours = step_launches(trainer, trainer.model)
+        plain = step_launches(trainer, twin_of(trainer.model, trainer.model_cfg))
+        cells = [f"{f} + {lib} = {f + lib}" for f, lib in (ours, plain)]
+        ratio = sum(ours) / sum(plain)
+        print(f"{task:<12}{variant:<9}{cells[0]:>20}{cells[1]:>20}{ratio:>8.2f}")
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from plain_twin import PlainTransformer  # noqa: E402
+from plain_twin import twin_of  # noqa: E402
 
 from latentlens.devices import resolve_device  # noqa: E402
 from latentlens.training import (  # noqa: E402
@@ -96,8 +96,7 @@ def reference_configs(tasks: list[str], precision: str) -> Iterator[tuple[str, s
 
 def twin_step(trainer: Trainer) -> Callable[[], torch.Tensor]:
     """The same step with the plain twin in place of the hooked model."""
-    twin = PlainTransformer(trainer.model_cfg).to(trainer.device).train()
-    twin.load_state_dict(trainer.model.state_dict())
+    twin = twin_of(trainer.model, trainer.model_cfg).train()
     forward = torch.compile(twin) if trainer.forward is not trainer.model else twin
     graphed = trainer.graphed is not None
     lr = torch.tensor(trainer.train_cfg.lr, device=trainer.device)
