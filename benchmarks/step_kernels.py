@@ -3,11 +3,11 @@
 On a GPU a small model's graphed step is bound by kernel latency rather than arithmetic
 (reference models, batch 128: a few microseconds a kernel), so the number of kernels that
 torch.compile leaves in the forward and backward is what a replay costs. This script
-compiles each model's forward (static shapes, as ``--compile`` does), runs one forward and
-backward of the task's loss, and counts the kernels inductor's generated code launches:
-its own fused kernels and the library calls (matmuls). Inductor's CPU and GPU code
-generators share most fusion decisions, so a CPU's count is a guide to a GPU's; run it with
-``--device cuda`` for the GPU's own.
+compiles each model's training objective, model and loss together (static shapes, as
+``--compile`` does), runs one forward and backward, and counts the kernels inductor's
+generated code launches: its own fused kernels and the library calls (matmuls).
+Inductor's CPU and GPU code generators share most fusion decisions, so a CPU's count is a
+guide to a GPU's; run it with ``--device cuda`` for the GPU's own.
 
     python benchmarks/step_kernels.py [--task fuzzy-logic|sraven|all] [--device auto]
 """
@@ -28,6 +28,7 @@ from train_throughput import reference_configs  # noqa: E402
 
 from latentlens.devices import resolve_device  # noqa: E402
 from latentlens.training import Trainer  # noqa: E402
+from latentlens.training.objective import TrainingObjective  # noqa: E402
 
 KERNEL_DEFINITION = re.compile(r"^(\w+) = async_compile\.\w+\(", re.M)
 CALL = re.compile(r"^\s+([\w.]+)\(", re.M)
@@ -45,14 +46,15 @@ def launches(code: str) -> tuple[int, int]:
 
 
 def step_launches(trainer: Trainer, model: torch.nn.Module) -> tuple[int, int]:
-    """Kernel launches of ``model``'s compiled forward and backward on one batch."""
+    """Kernel launches of the compiled forward and backward of ``model``'s training
+    objective (model and loss, as ``--compile`` compiles it) on one batch."""
     torch._dynamo.reset()
-    compiled = torch.compile(model, dynamic=False)
+    objective = TrainingObjective(model, trainer.task)
+    objective.compile(dynamic=False)
     batch = trainer.task.sample(128, "train", trainer.task.make_generator(0))
 
     def step() -> None:
-        outputs = compiled(*trainer.task.model_inputs(batch)).float()
-        trainer.task.loss(outputs, batch).backward()
+        objective(batch).backward()
 
     _, codes = run_and_get_code(step)
     counts = [launches(code) for code in codes]

@@ -44,6 +44,7 @@ from latentlens.training import (  # noqa: E402
     seed_configs,
 )
 from latentlens.training.graphs import GraphedStep  # noqa: E402
+from latentlens.training.objective import TrainingObjective  # noqa: E402
 
 VARIANTS = ("softmax", "linear", "hyla")
 # reference/hyla.md section 7: official JAX steps/s, and the plain twin beside it.
@@ -97,7 +98,9 @@ def reference_configs(tasks: list[str], precision: str) -> Iterator[tuple[str, s
 def twin_step(trainer: Trainer) -> Callable[[], torch.Tensor]:
     """The same step with the plain twin in place of the hooked model."""
     twin = twin_of(trainer.model, trainer.model_cfg).train()
-    forward = torch.compile(twin) if trainer.forward is not trainer.model else twin
+    objective = TrainingObjective(twin, trainer.task)
+    if trainer.compiled:
+        objective.compile(dynamic=False)
     graphed = trainer.graphed is not None
     lr = torch.tensor(trainer.train_cfg.lr, device=trainer.device)
     optimizer = torch.optim.AdamW(
@@ -108,7 +111,7 @@ def twin_step(trainer: Trainer) -> Callable[[], torch.Tensor]:
     def compute() -> torch.Tensor:
         batch = trainer.task.sample(trainer.train_cfg.batch_size, "train", generator)
         with trainer.autocast():
-            loss = trainer.task.loss(forward(batch.inputs).float(), batch)
+            loss = objective(batch)
         loss.backward()
         optimizer.step()
         return loss.detach()

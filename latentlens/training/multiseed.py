@@ -95,7 +95,7 @@ class SeedGroup:
         if len({t.step for t in trainers}) != 1:
             steps = {str(t.run_dir.path): t.step for t in trainers}
             raise ValueError(f"the runs are at different steps {steps}; resume them one by one")
-        if any(t.dist.enabled or t.graphed is not None or t.forward is not t.model
+        if any(t.dist.enabled or t.graphed is not None or t.compiled
                for t in trainers):  # fmt: skip
             raise ValueError(
                 "a seed group's trainers are single-process and built without --cuda-graphs "

@@ -40,6 +40,7 @@ from latentlens.training.checkpoint import (
 from latentlens.training.config import TrainConfig
 from latentlens.training.distributed import init_distributed
 from latentlens.training.graphs import GraphedStep
+from latentlens.training.objective import TrainingObjective
 from latentlens.training.run_dir import RunDirectory
 
 LOG_EVERY = 25
@@ -161,11 +162,15 @@ class Trainer:
             capturable=cuda_graphs,
         )
         check_cuda_options(self.device, self.task, compile, cuda_graphs, self.dist.enabled)
-        trained: torch.nn.Module = self.model
+        # Hooks added after compilation are ignored: compile only the hook-free train path
+        # (the objective wraps the model; the model itself stays eager for analyses).
+        objective: torch.nn.Module = TrainingObjective(self.model, self.task)
+        if compile:
+            objective.compile(dynamic=False)
         if self.dist.enabled:
-            trained = torch.nn.parallel.DistributedDataParallel(self.model)
-        # Hooks added after compilation are ignored: compile only the hook-free train path.
-        self.forward = torch.compile(trained) if compile else trained
+            objective = torch.nn.parallel.DistributedDataParallel(objective)
+        self.objective = objective
+        self.compiled = compile
         self.graphed = (
             GraphedStep(
                 self.compute_step,
@@ -326,7 +331,7 @@ class Trainer:
         batch = self.task.sample(self.train_cfg.batch_size, "train", self.data_generator)
         batch = self.dist.rows(batch)
         with self.autocast():
-            loss = self.task.loss(self.forward(*self.task.model_inputs(batch)).float(), batch)
+            loss = self.objective(batch)
         loss.backward()
         if self.train_cfg.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.train_cfg.grad_clip)
