@@ -11,16 +11,17 @@
 #   seeds     8 seeds at once vs one run, SRAVEN, --cuda-graphs with and without --compile
 #   seeds-fl  the same on fuzzy logic
 #   kernels   kernel launches per compiled forward + backward (Triton), beside the twin
+#   profile   device busy time and costliest kernels of graphed, compiled steps
 set -uo pipefail
 cd "$(dirname "$0")/.."
 if [[ $# -lt 1 ]]; then
-    echo "usage: bash benchmarks/gpu_checks.sh OUT [tests|single|seeds|seeds-fl|kernels ...]" >&2
+    echo "usage: bash benchmarks/gpu_checks.sh OUT [tests|single|seeds|seeds-fl|kernels|profile ...]" >&2
     exit 2
 fi
 out=$1
 shift
 checks=("$@")
-[[ ${#checks[@]} -eq 0 ]] && checks=(tests single seeds seeds-fl kernels)
+[[ ${#checks[@]} -eq 0 ]] && checks=(tests single seeds seeds-fl kernels profile)
 python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" || {
     echo "no CUDA device: these checks need a GPU" >&2
     exit 2
@@ -63,8 +64,14 @@ for check in "${checks[@]}"; do
     kernels)
         run kernels python3 benchmarks/step_kernels.py --device cuda
         ;;
+    profile)
+        for model in sraven:hyla sraven:softmax fuzzy-logic:softmax; do
+            run "profile_${model/:/_}" python3 benchmarks/step_profile.py --device cuda \
+                --task "${model%%:*}" --attention "${model##*:}" --compile --cuda-graphs
+        done
+        ;;
     *)
-        echo "unknown check '$check': choose from tests, single, seeds, seeds-fl, kernels" >&2
+        echo "unknown check '$check': choose from tests, single, seeds, seeds-fl, kernels, profile" >&2
         exit 2
         ;;
     esac
