@@ -3,8 +3,9 @@
 On a GPU a small model's graphed step is bound by kernel latency rather than arithmetic
 (reference models, batch 128: a few microseconds a kernel), so the number of kernels that
 torch.compile leaves in the forward and backward is what a replay costs. This script
-compiles each model's training objective, model and loss together (static shapes, as
-``--compile`` does), runs one forward and backward, and counts the kernels inductor's
+compiles each model's training objective, the batch's assembly from its random draws, the
+model and the loss together (static shapes, as ``--compile`` does), runs one forward and
+backward, and counts the kernels inductor's
 generated code launches: its own fused kernels and the library calls (matmuls).
 Inductor's CPU and GPU code generators share most fusion decisions, so a CPU's count is a
 guide to a GPU's; run it with ``--device cuda`` for the GPU's own.
@@ -47,14 +48,14 @@ def launches(code: str) -> tuple[int, int]:
 
 def step_launches(trainer: Trainer, model: torch.nn.Module) -> tuple[int, int]:
     """Kernel launches of the compiled forward and backward of ``model``'s training
-    objective (model and loss, as ``--compile`` compiles it) on one batch."""
+    objective (batch assembly, model and loss, as ``--compile`` compiles it) on one batch."""
     torch._dynamo.reset()
     objective = TrainingObjective(model, trainer.task)
     objective.compile(dynamic=False)
-    batch = trainer.task.sample(128, "train", trainer.task.make_generator(0))
+    draws = trainer.task.draw(128, "train", trainer.task.make_generator(0))
 
     def step() -> None:
-        objective(batch).backward()
+        objective(draws).backward()
 
     _, codes = run_and_get_code(step)
     counts = [launches(code) for code in codes]

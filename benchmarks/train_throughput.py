@@ -109,9 +109,9 @@ def twin_step(trainer: Trainer) -> Callable[[], torch.Tensor]:
     generator = trainer.task.make_generator(0)
 
     def compute() -> torch.Tensor:
-        batch = trainer.task.sample(trainer.train_cfg.batch_size, "train", generator)
+        draws = trainer.task.draw(trainer.train_cfg.batch_size, "train", generator)
         with trainer.autocast():
-            loss = objective(batch)
+            loss = objective(draws)
         loss.backward()
         optimizer.step()
         return loss.detach()

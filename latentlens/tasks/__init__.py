@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-from latentlens.tasks.base import Batch, Task
+from latentlens.tasks.base import Batch, DrawnTask, Task
 from latentlens.tasks.fuzzy_logic import FuzzyLogicConfig, FuzzyLogicTask, fuzzy_dnf, term_bits
 from latentlens.tasks.modular_icl import (
     SUPPORTS,
@@ -51,6 +51,7 @@ __all__ = [
     "SUPPORTS",
     "TASKS",
     "Batch",
+    "DrawnTask",
     "FuzzyLogicConfig",
     "FuzzyLogicTask",
     "ModularICLConfig",

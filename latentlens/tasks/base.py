@@ -10,7 +10,7 @@ are, and how to score a prediction tensor.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,12 +32,26 @@ class Batch:
     def __len__(self) -> int:
         return self.inputs.shape[0]
 
+    def map(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> Batch:
+        """``fn`` applied to the inputs, the targets and every label."""
+        return Batch(fn(self.inputs), fn(self.targets), {k: fn(v) for k, v in self.labels.items()})
+
     def to(self, device: torch.device | str) -> Batch:
+        return self.map(lambda tensor: tensor.to(device))
+
+    @staticmethod
+    def stack(batches: Sequence[Batch]) -> Batch:
+        """``batches`` stacked on a new leading axis (every tensor ``[len(batches), ...]``)."""
         return Batch(
-            self.inputs.to(device),
-            self.targets.to(device),
-            {name: label.to(device) for name, label in self.labels.items()},
+            torch.stack([b.inputs for b in batches]),
+            torch.stack([b.targets for b in batches]),
+            {k: torch.stack([b.labels[k] for b in batches]) for k in batches[0].labels},
         )
+
+
+# What :meth:`Task.draw` returns and :meth:`Task.assemble` takes: a task's random draws
+# (``{name: [batch, ...]}``, see :class:`DrawnTask`), or a whole batch.
+Draws = Batch | dict[str, torch.Tensor]
 
 
 class Task:
@@ -75,6 +89,27 @@ class Task:
     ) -> Batch:
         """One batch of ``split``; draws from ``generator`` (default: the task's own)."""
         raise NotImplementedError
+
+    def draw(
+        self, batch_size: int, split: str = "train", generator: torch.Generator | None = None
+    ) -> Draws:
+        """The random part of one batch, which :meth:`assemble` completes (the trainer
+        draws outside its compiled step and assembles inside it). A task whose sampler does
+        not separate its draws from their transform draws the whole batch here."""
+        return self.sample(batch_size, split, generator)
+
+    def assemble(self, draws: Draws, split: str = "train") -> Batch:
+        """The batch of ``split`` that :meth:`draw`'s ``draws`` make (here: ``draws``)."""
+        if not isinstance(draws, Batch):
+            raise TypeError(f"{self.name} draws whole batches; got {type(draws).__name__}")
+        return draws
+
+    def sample_seeds(
+        self, batch_size: int, split: str, generators: Sequence[torch.Generator]
+    ) -> Batch:
+        """One batch per generator, each as :meth:`sample` draws it from that generator,
+        stacked on a leading seed axis: every tensor ``[seeds, batch, ...]``."""
+        return Batch.stack([self.sample(batch_size, split, g) for g in generators])
 
     def batches(
         self, batch_size: int, split: str = "train", seed: int | None = None
@@ -119,3 +154,38 @@ class Task:
     def describe(self) -> dict[str, Any]:
         """The split as JSON-ready data, so a run records exactly what it was trained on."""
         raise NotImplementedError
+
+
+class DrawnTask(Task):
+    """A task whose batch is a few random draws followed by a deterministic transform of
+    each example on its own (no draw inside it, nothing mixed across examples).
+
+    :meth:`draw` makes the draws (``{name: [batch, ...]}``), :meth:`assemble` turns them
+    into the batch, and ``sample`` is the two in turn. A compiled training step then fuses
+    the transform into the model's kernels, and a seed group draws each seed's numbers from
+    its own generator and assembles all seeds in one pass (:meth:`sample_seeds`): the same
+    batches as one ``sample`` per seed, bit for bit, but the transform's kernels are
+    launched once instead of once per seed.
+    """
+
+    def draw(
+        self, batch_size: int, split: str = "train", generator: torch.Generator | None = None
+    ) -> dict[str, torch.Tensor]:
+        """The random draws of one batch of ``split``, each ``[batch, ...]``."""
+        raise NotImplementedError
+
+    def assemble(self, draws: dict[str, torch.Tensor], split: str = "train") -> Batch:
+        raise NotImplementedError
+
+    def sample(
+        self, batch_size: int, split: str = "train", generator: torch.Generator | None = None
+    ) -> Batch:
+        return self.assemble(self.draw(batch_size, split, generator), split)
+
+    def sample_seeds(
+        self, batch_size: int, split: str, generators: Sequence[torch.Generator]
+    ) -> Batch:
+        per_seed = [self.draw(batch_size, split, g) for g in generators]
+        draws = {name: torch.cat([d[name] for d in per_seed]) for name in per_seed[0]}
+        batch = self.assemble(draws, split)
+        return batch.map(lambda tensor: tensor.unflatten(0, (len(generators), batch_size)))

@@ -35,7 +35,7 @@ from typing import Any
 import torch
 
 from latentlens.configs import JsonConfig, require_positive, require_probability
-from latentlens.tasks.base import Batch, Task
+from latentlens.tasks.base import Batch, DrawnTask
 
 INPUT_VARIANTS = ("uniform", "fixed_query", "fixed_context")
 
@@ -98,7 +98,7 @@ def fuzzy_dnf(bits: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     return literals.amin(dim=-1).amax(dim=-1)  # and over variables, or over terms
 
 
-class FuzzyLogicTask(Task):
+class FuzzyLogicTask(DrawnTask):
     """The fuzzy-logic regression task; see the module docstring for the batch layout."""
 
     name = "fuzzy-logic"
@@ -157,23 +157,37 @@ class FuzzyLogicTask(Task):
         generator: torch.Generator | None = None,
         inputs: str = "uniform",
     ) -> Batch:
-        self.check_split(split)
-        self.check_batch_size(batch_size)
+        """One batch of ``split``; ``inputs``: ``uniform`` (every x drawn), ``fixed_query``
+        or ``fixed_context`` (the last x, or all the others, fixed by the split seed)."""
         if inputs not in INPUT_VARIANTS:
             raise ValueError(f"inputs={inputs!r} is unknown; choose one of {list(INPUT_VARIANTS)}")
+        return self.assemble(self.draw(batch_size, split, generator), split, inputs)
+
+    def draw(
+        self, batch_size: int, split: str = "train", generator: torch.Generator | None = None
+    ) -> dict[str, torch.Tensor]:
+        """``choice`` ``[batch]`` (a combination of the split) and ``x`` ``[batch, T, L]``."""
+        self.check_split(split)
+        self.check_batch_size(batch_size)
         if split == "ood" and len(self.combinations["ood"]) == 0:
             raise ValueError("this task has no ood split (frac_ood_conj=0)")
-        cfg, gen = self.config, generator or self.generator
+        cfg, gen, dev = self.config, generator or self.generator, self.device
         pool = self._device_combinations[split]
-        choice = torch.randint(len(pool), (batch_size,), generator=gen, device=self.device)
-        terms = pool[choice]
-        bits = term_bits(terms, cfg.num_variables)
-        shape = (batch_size, cfg.seq_len, cfg.num_variables)
-        x = torch.rand(shape, generator=gen, device=self.device)
+        return {
+            "choice": torch.randint(len(pool), (batch_size,), generator=gen, device=dev),
+            "x": torch.rand(batch_size, cfg.seq_len, cfg.num_variables, generator=gen, device=dev),
+        }
+
+    def assemble(
+        self, draws: dict[str, torch.Tensor], split: str = "train", inputs: str = "uniform"
+    ) -> Batch:
+        choice, x = draws["choice"], draws["x"]
+        terms = self._device_combinations[split][choice]
+        bits = term_bits(terms, self.config.num_variables)
         if inputs == "fixed_query":
-            x[:, -1:] = self._fixed_query
+            x = torch.cat([x[:, :-1], self._fixed_query.expand(len(x), -1, -1)], dim=1)
         elif inputs == "fixed_context":
-            x[:, :-1] = self._fixed_context
+            x = torch.cat([self._fixed_context.expand(len(x), -1, -1), x[:, -1:]], dim=1)
         y = fuzzy_dnf(bits, x)
         tokens = torch.cat([x, y[..., None]], dim=-1)
         tokens[:, -1, -1] = 0.0

@@ -45,7 +45,7 @@ import torch
 import torch.nn.functional as F
 
 from latentlens.configs import JsonConfig, require_positive, require_probability
-from latentlens.tasks.base import Batch, Task
+from latentlens.tasks.base import Batch, DrawnTask
 
 RULE_NAMES = (
     "constant",
@@ -140,7 +140,7 @@ def rule_answers(grid: torch.Tensor, num_values: int) -> tuple[torch.Tensor, tor
     return torch.stack(fits, -1), torch.stack(answers, -1)
 
 
-class SRavenTask(Task):
+class SRavenTask(DrawnTask):
     """Symbolic Raven; see the module docstring for the rules and the batch layout."""
 
     name = "sraven"
@@ -175,24 +175,49 @@ class SRavenTask(Task):
         self._coefficients = arithmetic_coefficients().to(self.device)
         self._values = torch.arange(cfg.num_values, device=self.device)
 
-    def sample(
+    def _pool(self, split: str) -> torch.Tensor:
+        """The rule combinations ``split`` draws from (indices into the multisets)."""
+        return self._pools["ood" if split.startswith("ood") else "in"]
+
+    def _permuted(self, split: str) -> bool:
+        return self.config.permute_features and not split.endswith("unpermuted")
+
+    def draw(
         self, batch_size: int, split: str = "train", generator: torch.Generator | None = None
-    ) -> Batch:
+    ) -> dict[str, torch.Tensor]:
+        """``choice`` ``[batch]`` (a combination of the split's pool); per example, feature
+        and row: ``start``, ``second`` (values), ``symbols`` (noise ranking the V symbols),
+        ``row_order`` (noise ranking the three columns); ``feature_order`` ``[batch, 3, F]``
+        (noise ranking the features of each column) when the split permutes them."""
         self.check_split(split)
         self.check_batch_size(batch_size)
         if split.startswith("ood") and len(self.ood_indices) == 0:
             raise ValueError("this task has no ood split (frac_ood=0)")
         cfg, gen, dev = self.config, generator or self.generator, self.device
         nf, v = cfg.num_features, cfg.num_values
-        pool = self._pools["ood" if split.startswith("ood") else "in"]
-        combination = pool[torch.randint(len(pool), (batch_size,), generator=gen, device=dev)]
-        rules = self._multisets[combination]  # [batch, F]
-        grids = self._rule_grids(rules, gen)  # [batch, F, 3, 3]
-        grid = grids.permute(0, 2, 3, 1)  # [batch, row, column, F]
+        shape = (batch_size, nf, GRID)
+        draws = {
+            "choice": torch.randint(
+                len(self._pool(split)), (batch_size,), generator=gen, device=dev
+            ),
+            "start": torch.randint(v, shape, generator=gen, device=dev),
+            "second": torch.randint(v, shape, generator=gen, device=dev),
+            "symbols": torch.rand(batch_size, nf, v, generator=gen, device=dev),
+            "row_order": torch.rand(*shape, GRID, generator=gen, device=dev),
+        }
+        if self._permuted(split):
+            draws["feature_order"] = torch.rand(batch_size, GRID, nf, generator=gen, device=dev)
+        return draws
 
-        if cfg.permute_features and not split.endswith("unpermuted"):
-            noise = torch.rand(batch_size, GRID, nf, generator=gen, device=dev)
-            perms = noise.argsort(dim=-1)
+    def assemble(self, draws: dict[str, torch.Tensor], split: str = "train") -> Batch:
+        cfg, dev = self.config, self.device
+        nf, v = cfg.num_features, cfg.num_values
+        combination = self._pool(split)[draws["choice"]]
+        batch_size = len(combination)
+        rules = self._multisets[combination]  # [batch, F]
+        grid = self._rule_grids(rules, draws).permute(0, 2, 3, 1)  # [batch, row, column, F]
+        if self._permuted(split):
+            perms = draws["feature_order"].argsort(dim=-1)
         else:
             perms = torch.arange(nf, device=dev).expand(batch_size, GRID, nf)
         shown = grid.gather(-1, perms[:, None].expand(-1, GRID, -1, -1))
@@ -215,19 +240,19 @@ class SRavenTask(Task):
             },
         )
 
-    def _rule_grids(self, rules: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    def _rule_grids(self, rules: torch.Tensor, draws: dict[str, torch.Tensor]) -> torch.Tensor:
         """One 3x3 grid per (example, feature) following its rule: ``[batch, F, 3, 3]``.
 
-        Every row draws two values s and t; the arithmetic rules (0-6) set column c to
-        ``(s A[c] + t B[c] + C[c]) mod V`` with the rule's coefficients (see
-        :func:`arithmetic_coefficients`), distribute-three permutes three distinct symbols.
+        Every row has two values s and t (``start``, ``second``); the arithmetic rules
+        (0-6) set column c to ``(s A[c] + t B[c] + C[c]) mod V`` with the rule's
+        coefficients (see :func:`arithmetic_coefficients`), distribute-three permutes three
+        distinct symbols.
         """
-        v, dev = self.config.num_values, self.device
+        v = self.config.num_values
         shape = (*rules.shape, GRID)
-        start = torch.randint(v, shape, generator=gen, device=dev)[..., None]  # [b, F, row, 1]
-        second = torch.randint(v, shape, generator=gen, device=dev)[..., None]
-        symbols = torch.rand(*rules.shape, v, generator=gen, device=dev).argsort(-1)[..., :GRID]
-        row_order = torch.rand(*shape, GRID, generator=gen, device=dev).argsort(-1)
+        start, second = draws["start"][..., None], draws["second"][..., None]  # [b, F, row, 1]
+        symbols = draws["symbols"].argsort(-1)[..., :GRID]
+        row_order = draws["row_order"].argsort(-1)
         coefficients = self._coefficients[rules][..., None, :, :]  # [b, F, 1, (A, B, C), 3]
         arithmetic = (
             start * coefficients[..., 0, :]

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from latentlens.tasks import Batch
+from latentlens.tasks.base import Batch, Draws
 
 
 @dataclass(frozen=True)
@@ -40,11 +40,12 @@ class DistributedContext:
         """Rank 0: the only process that writes the run directory and prints."""
         return self.rank == 0
 
-    def rows(self, batch: Batch) -> Batch:
-        """This rank's block of a global batch (every tensor whose first dim is the batch)."""
+    def rows(self, draws: Draws) -> Draws:
+        """This rank's block of a global batch, or of its draws (every tensor whose first
+        dim is the batch)."""
         if not self.enabled:
-            return batch
-        size = len(batch)
+            return draws
+        size = len(draws) if isinstance(draws, Batch) else len(next(iter(draws.values())))
         if size % self.world_size:
             raise ValueError(
                 f"batch_size={size} cannot be split over {self.world_size} processes; "
@@ -56,11 +57,9 @@ class DistributedContext:
         def take(tensor: torch.Tensor) -> torch.Tensor:
             return tensor[block] if tensor.ndim and tensor.shape[0] == size else tensor
 
-        return Batch(
-            take(batch.inputs),
-            take(batch.targets),
-            {name: take(label) for name, label in batch.labels.items()},
-        )
+        if isinstance(draws, Batch):
+            return draws.map(take)
+        return {name: take(tensor) for name, tensor in draws.items()}
 
     def mean(self, value: torch.Tensor) -> torch.Tensor:
         """The mean of a tensor over ranks (a collective: every rank must call it)."""

@@ -244,16 +244,14 @@ class SeedGroup:
         predictions = functional_call(model, (params, buffers), task.model_inputs(batch))
         return task.loss(predictions.float(), batch)
 
-    def _losses(self, batches: list[Batch]) -> torch.Tensor:
-        """``[seeds]``: each seed's loss on its batch, in one vmapped forward."""
-        stacked = [
-            torch.stack([b.inputs for b in batches]),
-            torch.stack([b.targets for b in batches]),
-            {k: torch.stack([b.labels[k] for b in batches]) for k in batches[0].labels},
-        ]
+    def _losses(self, batch: Batch) -> torch.Tensor:
+        """``[seeds]``: each seed's loss on its batch (``batch``: every tensor ``[seeds,
+        batch, ...]``), in one vmapped forward."""
         graphed = self.graphed is not None
         with autocast_for(self.train_cfg.precision, self.device, graphed):
-            return self._vmapped_losses(self.params, self.buffers, *stacked)
+            return self._vmapped_losses(
+                self.params, self.buffers, batch.inputs, batch.targets, batch.labels
+            )
 
     def _clip(self) -> None:
         """Each seed's gradient clipped by its own global norm, as a single run would be."""
@@ -277,9 +275,9 @@ class SeedGroup:
     def compute_step(self) -> torch.Tensor:
         """Every seed's batch, forward, backward, clip and update (gradients None before);
         returns the losses ``[seeds]``. Capturable in a CUDA graph."""
-        size = self.train_cfg.batch_size
-        batches = [t.task.sample(size, "train", t.data_generator) for t in self.trainers]
-        losses = self._losses(batches)
+        generators = [t.data_generator for t in self.trainers]
+        batch = self.trainers[0].task.sample_seeds(self.train_cfg.batch_size, "train", generators)
+        losses = self._losses(batch)
         losses.sum().backward()  # the seeds share no parameter: each gets its own gradient
         if self.train_cfg.grad_clip > 0:
             self._clip()

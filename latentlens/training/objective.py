@@ -1,9 +1,9 @@
-"""The training objective as one module: a batch in, the task's loss out.
+"""The training objective as one module: a batch's random draws in, the task's loss out.
 
 ``--compile`` compiles this module rather than the model alone, following PyTorch's advice
-to compile the highest-level function that traces cleanly: the loss and its backward
-(slicing the predicted positions, cross-entropy or squared error) then fuse into the
-model's kernels instead of running as separate launches. Under DistributedDataParallel
+to compile the highest-level function that traces cleanly: the batch's assembly from its
+draws (:meth:`Task.assemble`) and the loss and its backward then fuse into the model's
+kernels instead of running as separate launches. Under DistributedDataParallel
 the compiled objective is what DDP wraps (PyTorch's advice for compiling with DDP), so one
 code path serves one process and many.
 """
@@ -13,19 +13,21 @@ from __future__ import annotations
 import torch
 
 from latentlens.tasks import Task
-from latentlens.tasks.base import Batch
+from latentlens.tasks.base import Draws
 
 
 class TrainingObjective(torch.nn.Module):
-    """``batch -> loss``: the task's loss of ``model``'s predictions (cast to float32, as
-    the metrics are computed) on the batch's model inputs. Holds ``model`` as its only
-    submodule, so its parameters are the model's."""
+    """``draws -> loss``: the task's loss of ``model``'s predictions (cast to float32, as
+    the metrics are computed) on the training batch that ``draws`` (from
+    :meth:`Task.draw`) make. Holds ``model`` as its only submodule, so its parameters are
+    the model's."""
 
     def __init__(self, model: torch.nn.Module, task: Task) -> None:
         super().__init__()
         self.model = model
         self.task = task
 
-    def forward(self, batch: Batch) -> torch.Tensor:
+    def forward(self, draws: Draws) -> torch.Tensor:
+        batch = self.task.assemble(draws, "train")
         predictions = self.model(*self.task.model_inputs(batch))
         return self.task.loss(predictions.float(), batch)

@@ -328,10 +328,9 @@ class Trainer:
     def compute_step(self) -> torch.Tensor:
         """Draw a batch, forward, backward, clip and update (gradients must be None or
         zero before); returns the loss. Capturable in a CUDA graph."""
-        batch = self.task.sample(self.train_cfg.batch_size, "train", self.data_generator)
-        batch = self.dist.rows(batch)
+        draws = self.task.draw(self.train_cfg.batch_size, "train", self.data_generator)
         with self.autocast():
-            loss = self.objective(batch)
+            loss = self.objective(self.dist.rows(draws))
         loss.backward()
         if self.train_cfg.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.train_cfg.grad_clip)

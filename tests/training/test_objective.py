@@ -1,12 +1,14 @@
-"""The training objective that ``--compile`` compiles: the model and the task's loss as one
-module. CI has no GPU, so the compiled path is checked here with inductor's CPU code
-generator (the trainer itself refuses ``--compile`` on the CPU, where it does not pay)."""
+"""The training objective that ``--compile`` compiles: the batch's assembly from its draws,
+the model and the task's loss as one module. CI has no GPU, so the compiled path is checked
+here with inductor's CPU code generator (the trainer itself refuses ``--compile`` on the
+CPU, where it does not pay)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
+from latentlens.tasks.base import Draws
 from latentlens.training import TrainConfig, Trainer, model_for_task
 from latentlens.training.objective import TrainingObjective
 
@@ -14,30 +16,32 @@ TINY = dict(n_layers=2, d_model=32, n_heads=4, qk_dim=8, v_dim=8, d_mlp=64, atte
 
 
 def loss_and_gradients(
-    objective: torch.nn.Module, model: torch.nn.Module, batch
+    objective: torch.nn.Module, model: torch.nn.Module, draws: Draws
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     model.zero_grad(set_to_none=True)
-    loss = objective(batch)
+    loss = objective(draws)
     loss.backward()
     return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
 
 
 @pytest.mark.parametrize("task", ["fuzzy-logic", "sraven"])
 def test_compiled_objective_gives_the_eager_loss_and_gradients(task: str) -> None:
-    """Squared error (fuzzy logic) and cross-entropy (SRAVEN) fused into HYLA's kernels give
-    the eager loss and every gradient up to float32 summation order (measured: 5e-7 relative
-    on the loss, 4e-6 of a gradient's largest entry; the tolerances leave a 10x margin)."""
+    """Each task's batch assembly and loss (squared error for fuzzy logic, cross-entropy
+    for SRAVEN) fused into HYLA's kernels give the eager loss and every gradient up to
+    float32 summation order (measured: 5e-7 relative on the loss, 4e-6 of a gradient's
+    largest entry; the tolerances leave a 10x margin)."""
     config = Trainer.resolve_config(
         task, model_for_task(task, attention="hyla", **TINY), TrainConfig.for_task(task)
     )
     trainer = Trainer(None, config, device="cpu", quiet=True)
-    batch = trainer.task.sample(32, "train", trainer.task.make_generator(0))
+    draws = trainer.task.draw(32, "train", trainer.task.make_generator(0))
+    batch = trainer.task.assemble(draws)
     eager = TrainingObjective(trainer.model, trainer.task)
     compiled = TrainingObjective(trainer.model, trainer.task)
     compiled.compile(dynamic=False)
 
-    eager_loss, eager_grads = loss_and_gradients(eager, trainer.model, batch)
-    compiled_loss, compiled_grads = loss_and_gradients(compiled, trainer.model, batch)
+    eager_loss, eager_grads = loss_and_gradients(eager, trainer.model, draws)
+    compiled_loss, compiled_grads = loss_and_gradients(compiled, trainer.model, draws)
 
     torch.testing.assert_close(compiled_loss, eager_loss, rtol=5e-6, atol=0.0)
     assert compiled_grads.keys() == eager_grads.keys()
