@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from latentlens.tasks import TASKS, DrawnTask, make_task
+from tests.training.test_capturable import HostSyncRecorder
 
 SEEDS = (0, 5, 11)
 
@@ -35,25 +36,15 @@ def test_each_seed_slice_is_that_seeds_own_batch(name: str, split: str) -> None:
 def test_drawn_tasks_assemble_every_seed_in_one_pass(name: str) -> None:
     """The point of :class:`DrawnTask`: the transform's ops run once for all seeds, so
     a batch of 8 seeds dispatches far fewer ops than 8 batches (counted at the dispatcher)."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    class CountOps(TorchDispatchMode):
-        count = 0
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
-            CountOps.count += 1
-            return func(*args, **(kwargs or {}))
-
     task = make_task(name)
     assert isinstance(task, DrawnTask)
     generators = [task.make_generator(s) for s in range(8)]
-    with CountOps():
+    with HostSyncRecorder() as recorder:
         task.sample(128, "train", generators[0])
-    one = CountOps.count
-    CountOps.count = 0
-    with CountOps():
+    one = len(recorder.trace)
+    with HostSyncRecorder() as recorder:
         task.sample_seeds(128, "train", generators)
-    eight = CountOps.count
+    eight = len(recorder.trace)
     draws = len(task.draw(128, "train", generators[0]))
     tensors = 2 + len(task.sample(1).labels)
     # 8 x the draws, one cat per draw, one transform and a view per batch tensor: well
