@@ -8,6 +8,7 @@
 # CHECKs (all, in this order, when none is named; name one per call on a short lease):
 #   tests     the CUDA tests of the trainer and the seed group
 #   single    one run per model, --cuda-graphs --compile, both tasks, beside the twin
+#   tf32      the same with --precision tf32 (the official JAX code's matmul arithmetic)
 #   seeds     8 seeds at once vs one run, SRAVEN, --cuda-graphs with and without --compile
 #   seeds-fl  the same on fuzzy logic
 #   kernels   kernel launches per compiled forward + backward (Triton), beside the twin
@@ -15,13 +16,13 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 if [[ $# -lt 1 ]]; then
-    echo "usage: bash benchmarks/gpu_checks.sh OUT [tests|single|seeds|seeds-fl|kernels|profile ...]" >&2
+    echo "usage: bash benchmarks/gpu_checks.sh OUT [tests|single|tf32|seeds|seeds-fl|kernels|profile ...]" >&2
     exit 2
 fi
 out=$1
 shift
 checks=("$@")
-[[ ${#checks[@]} -eq 0 ]] && checks=(tests single seeds seeds-fl kernels profile)
+[[ ${#checks[@]} -eq 0 ]] && checks=(tests single tf32 seeds seeds-fl kernels profile)
 python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" || {
     echo "no CUDA device: these checks need a GPU" >&2
     exit 2
@@ -51,6 +52,9 @@ for check in "${checks[@]}"; do
     single)
         run single "${throughput[@]}" --steps 500 --cuda-graphs --compile
         ;;
+    tf32)
+        run single_tf32 "${throughput[@]}" --steps 500 --cuda-graphs --compile --precision tf32
+        ;;
     seeds)
         run seeds_sraven_graphs "${throughput[@]}" --task sraven --seeds 8 --steps 200 \
             --cuda-graphs
@@ -71,7 +75,7 @@ for check in "${checks[@]}"; do
         done
         ;;
     *)
-        echo "unknown check '$check': choose from tests, single, seeds, seeds-fl, kernels, profile" >&2
+        echo "unknown check '$check': choose from tests, single, tf32, seeds, seeds-fl, kernels, profile" >&2
         exit 2
         ;;
     esac

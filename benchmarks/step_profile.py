@@ -7,7 +7,7 @@ work: bf16, fewer positions). Then the kernels (on a CPU, the ops) that take the
 per step. With ``--cuda-graphs`` the profiler sees the kernels a replay runs.
 
     python benchmarks/step_profile.py [--task sraven] [--attention hyla] [--device auto]
-                                      [--compile] [--cuda-graphs] [--precision fp32|bf16]
+                                      [--compile] [--cuda-graphs] [--precision fp32|tf32|bf16]
                                       [--steps 20] [--top 25]
 """
 
@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from train_throughput import synchronize  # noqa: E402
 
 from latentlens.devices import resolve_device  # noqa: E402
-from latentlens.training import TrainConfig, Trainer, model_for_task  # noqa: E402
+from latentlens.training import PRECISIONS, TrainConfig, Trainer, model_for_task  # noqa: E402
 
 WARMUP_STEPS = 5  # past the graph capture (3 warm-up calls) and compilation
 
@@ -51,7 +51,7 @@ def main() -> None:
     parser.add_argument("--device", default="auto")
     parser.add_argument("--compile", action="store_true")
     parser.add_argument("--cuda-graphs", action="store_true")
-    parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
+    parser.add_argument("--precision", default="fp32", choices=PRECISIONS)
     parser.add_argument("--steps", type=int, default=20, help="profiled steps")
     parser.add_argument("--top", type=int, default=25, help="rows of the table")
     args = parser.parse_args()

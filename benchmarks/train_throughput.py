@@ -13,7 +13,7 @@ official steps/s on a CPU, >= 3x on a GPU.
 
     python benchmarks/train_throughput.py [--task fuzzy-logic|sraven|all] [--device auto]
                                           [--steps 60] [--compile] [--cuda-graphs]
-                                          [--precision fp32|bf16] [--seeds N]
+                                          [--precision fp32|tf32|bf16] [--seeds N]
 
 ``--seeds N`` times instead N seeds trained at once in one process (``SeedGroup``: one
 vmapped step; with ``--compile`` and ``--cuda-graphs`` compiled and captured as a single
@@ -36,7 +36,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from plain_twin import twin_of  # noqa: E402
 
 from latentlens.devices import resolve_device  # noqa: E402
-from latentlens.training import (  # noqa: E402
+from latentlens.training import (
+    PRECISIONS,  # noqa: E402
     SeedGroup,
     TrainConfig,
     Trainer,
@@ -110,7 +111,7 @@ def twin_step(trainer: Trainer) -> Callable[[], torch.Tensor]:
 
     def compute() -> torch.Tensor:
         draws = trainer.task.draw(trainer.train_cfg.batch_size, "train", generator)
-        with trainer.autocast():
+        with trainer.precision_scope():
             loss = objective(draws)
         loss.backward()
         optimizer.step()
@@ -136,7 +137,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=60, help="timed steps per model")
     parser.add_argument("--compile", action="store_true")
     parser.add_argument("--cuda-graphs", action="store_true", help="capture each whole step")
-    parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
+    parser.add_argument("--precision", default="fp32", choices=PRECISIONS)
     parser.add_argument("--seeds", type=int, default=1, help="time N seeds trained at once")
     args = parser.parse_args()
     device = resolve_device(args.device)

@@ -17,6 +17,7 @@ from latentlens.probes import LatentDecodingTracker
 from latentlens.probes.translation import TranslationQualityTracker
 from latentlens.tasks import SUPPORTS, TASKS
 from latentlens.training import (
+    PRECISIONS,
     ActivationRecorder,
     Callback,
     QuantityRecorder,
@@ -95,7 +96,14 @@ def add_train_parser(commands: argparse._SubParsersAction) -> None:
     )
     train.add_argument("--quiet", action="store_true", help="no progress bar")
     for name, kind in {**MODEL_FLAGS, **TRAIN_FLAGS}.items():
-        train.add_argument("--" + name.replace("_", "-"), type=kind, default=None)
+        if name != "precision":
+            train.add_argument("--" + name.replace("_", "-"), type=kind, default=None)
+    train.add_argument(
+        "--precision",
+        choices=PRECISIONS,
+        help="fp32: strict float32 (default); tf32: float32 with CUDA matmuls on TF32 tensor "
+        "cores, JAX's default on GPUs; bf16: bf16 autocast",
+    )
     train.set_defaults(handler=run_train)
 
 

@@ -7,13 +7,14 @@ from latentlens.training.callbacks import (
     TrackedArrays,
 )
 from latentlens.training.checkpoint import CheckpointError, list_checkpoints, load_checkpoint
-from latentlens.training.config import MODEL_DEFAULTS, TASK_DEFAULTS, TrainConfig
+from latentlens.training.config import MODEL_DEFAULTS, PRECISIONS, TASK_DEFAULTS, TrainConfig
 from latentlens.training.multiseed import SeedGroup, seed_configs
 from latentlens.training.run_dir import RunDirectory
 from latentlens.training.trainer import (
     Trainer,
     TrainingDiverged,
     model_for_task,
+    precision_scope,
     train_or_resume,
     weight_decay_groups,
 )
@@ -23,6 +24,7 @@ __all__ = [
     "seed_configs",
     "train_or_resume",
     "MODEL_DEFAULTS",
+    "PRECISIONS",
     "TASK_DEFAULTS",
     "ActivationRecorder",
     "Callback",
@@ -36,5 +38,6 @@ __all__ = [
     "list_checkpoints",
     "load_checkpoint",
     "model_for_task",
+    "precision_scope",
     "weight_decay_groups",
 ]

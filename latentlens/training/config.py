@@ -13,7 +13,7 @@ from latentlens.configs import (
     require_positive,
 )
 
-PRECISIONS = ("fp32", "bf16")
+PRECISIONS = ("fp32", "tf32", "bf16")
 
 # The reference's runs: logic 50,000 steps; SRAVEN 20M examples; modular ICL 100,000 steps
 # with gradient clipping at norm 1 and R² over 16,000 sequences (its warm-up is ours).
@@ -43,6 +43,9 @@ class TrainConfig(JsonConfig):
     optax schedule counts the warm-up inside its decay steps), then stays flat.
     Evaluation and checkpoints happen every ``eval_every`` steps and at the end.
     ``grad_clip`` > 0 clips the global gradient norm to it (0: no clipping).
+    ``precision``: ``fp32`` (strict float32), ``tf32`` (float32 tensors, matmuls on CUDA's
+    TF32 tensor cores: JAX's default on Ampere and Hopper GPUs, hence the official code's)
+    or ``bf16`` (bf16 autocast); see :func:`latentlens.training.trainer.precision_scope`.
     """
 
     steps: int = 50_000

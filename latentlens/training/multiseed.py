@@ -42,8 +42,8 @@ from latentlens.training.trainer import (
     LOG_EVERY,
     NO_BAD_STEP,
     Trainer,
-    autocast_for,
     check_cuda_options,
+    precision_scope,
 )
 
 
@@ -248,7 +248,7 @@ class SeedGroup:
         """``[seeds]``: each seed's loss on its batch (``batch``: every tensor ``[seeds,
         batch, ...]``), in one vmapped forward."""
         graphed = self.graphed is not None
-        with autocast_for(self.train_cfg.precision, self.device, graphed):
+        with precision_scope(self.train_cfg.precision, self.device, graphed):
             return self._vmapped_losses(
                 self.params, self.buffers, batch.inputs, batch.targets, batch.labels
             )

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import shutil
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -97,14 +97,33 @@ def check_cuda_options(
         )
 
 
-def autocast_for(
+def precision_scope(
     precision: str, device: torch.device, graphed: bool
 ) -> contextlib.AbstractContextManager:
-    """bf16 autocast for ``precision="bf16"``, else nothing. The cast cache would hold
-    tensors across a CUDA-graph capture: it is off for a ``graphed`` step."""
+    """The arithmetic of ``precision`` for the code run inside it.
+
+    ``bf16``: bf16 autocast (its cast cache would hold tensors across a CUDA-graph capture:
+    it is off for a ``graphed`` step). ``tf32``: on CUDA, float32 matmuls multiply on TF32
+    tensor cores (inputs rounded to a 10-bit mantissa, float32 accumulation), as JAX does by
+    default on Ampere and Hopper GPUs; the process's setting is restored on exit. On the
+    CPU ``tf32`` is strict float32. ``fp32``: strict float32, nothing changes.
+    """
     if precision == "bf16":
         return torch.autocast(device.type, dtype=torch.bfloat16, cache_enabled=not graphed)
+    if precision == "tf32" and device.type == "cuda":
+        return float32_matmul_precision("high")
     return contextlib.nullcontext()
+
+
+@contextlib.contextmanager
+def float32_matmul_precision(precision: str) -> Iterator[None]:
+    """:func:`torch.set_float32_matmul_precision` inside the block only."""
+    previous = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision(precision)
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(previous)
 
 
 class Trainer:
@@ -311,8 +330,9 @@ class Trainer:
         self.step = checkpoint.step
 
     # ----------------------------------------------------------------- training
-    def autocast(self) -> contextlib.AbstractContextManager:
-        return autocast_for(self.train_cfg.precision, self.device, self.graphed is not None)
+    def precision_scope(self) -> contextlib.AbstractContextManager:
+        """The run's arithmetic (:func:`precision_scope`) for the code run inside it."""
+        return precision_scope(self.train_cfg.precision, self.device, self.graphed is not None)
 
     def train_step(self) -> torch.Tensor:
         """One optimisation step; returns this rank's loss (on the device, no host sync)."""
@@ -329,7 +349,7 @@ class Trainer:
         """Draw a batch, forward, backward, clip and update (gradients must be None or
         zero before); returns the loss. Capturable in a CUDA graph."""
         draws = self.task.draw(self.train_cfg.batch_size, "train", self.data_generator)
-        with self.autocast():
+        with self.precision_scope():
             loss = self.objective(self.dist.rows(draws))
         loss.backward()
         if self.train_cfg.grad_clip > 0:
@@ -423,7 +443,7 @@ class Trainer:
         while seen < examples:
             size = min(cfg.batch_size, examples - seen)
             batch = self.task.sample(size, split, generator)
-            with self.autocast():
+            with self.precision_scope():
                 predictions = self.model(*self.task.model_inputs(batch)).float()
             loss_sum += float(self.task.loss(predictions, batch)) * size
             for name, value in self.task.metric_sums(predictions, batch).items():

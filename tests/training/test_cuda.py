@@ -1,4 +1,4 @@
-"""The CUDA path: bf16 autocast, torch.compile and the whole step captured in a CUDA graph.
+"""The CUDA path: bf16 autocast, TF32 matmuls, torch.compile, the step in a CUDA graph.
 
 The GPU tests skip without CUDA (CI has none); the refusals of CUDA-only options on the CPU
 run everywhere.
@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from latentlens.models import TransformerConfig
-from latentlens.training import TrainConfig, Trainer, model_for_task
+from latentlens.training import TrainConfig, Trainer, model_for_task, precision_scope
 from tests.training.test_trainer import learning_config, tiny_config
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -53,21 +53,40 @@ def test_cuda_graph_step_equals_the_eager_step(tmp_path: Path) -> None:
 
 
 @needs_cuda
+@pytest.mark.parametrize("precision", ["bf16", "tf32"])
 @pytest.mark.parametrize("options", [dict(), dict(cuda_graphs=True), dict(compile=True)])
-def test_bf16_on_cuda_learns(tmp_path: Path, options: dict) -> None:
-    """bf16 autocast on CUDA (eager, graphed, compiled), the CPU learning test's config:
-    train R² rises from far below 0 to above 0.1 in 600 steps, and the weights stay fp32.
+def test_reduced_precision_on_cuda_learns(tmp_path: Path, options: dict, precision: str) -> None:
+    """bf16 autocast and TF32 matmuls on CUDA (eager, graphed, compiled), the CPU learning
+    test's config: train R² rises from far below 0 to above 0.1 in 600 steps, and the
+    weights stay fp32.
 
-    Seeded: a fresh model is at R² -52.6; on an H100 the three modes all reached 0.17 (the
-    CUDA generator draws other batches than the CPU's, where this config reaches 0.33).
+    Seeded: a fresh model is at R² -52.6; on an H100 the three bf16 modes all reached 0.17
+    (the CUDA generator draws other batches than the CPU's, where this config reaches 0.33).
     """
-    config = learning_config(precision="bf16")
+    config = learning_config(precision=precision)
     trainer = Trainer.create(tmp_path / "run", config, device="cuda", quiet=True, **options)
     before = trainer.evaluate("train")["r2"]
     records = trainer.train()
     after = next(r for r in records if r["split"] == "train")["r2"]
     assert before < 0.0 and after > 0.1, (before, after)
     assert all(p.dtype == torch.float32 for p in trainer.model.parameters())
+
+
+@needs_cuda
+def test_tf32_scope_multiplies_in_tf32_on_cuda() -> None:
+    """Inside a tf32 run's scope a float32 matmul carries TF32's error (inputs rounded to
+    10 mantissa bits: a relative error of order 1e-4 at this size), outside it float32's
+    (order 1e-7)."""
+    generator = torch.Generator("cuda").manual_seed(0)
+    a, b = (torch.randn(512, 512, device="cuda", generator=generator) for _ in range(2))
+    exact = a.double() @ b.double()
+
+    def error() -> float:
+        return float(((a @ b).double() - exact).abs().max() / exact.abs().max())
+
+    with precision_scope("tf32", torch.device("cuda"), graphed=False):
+        tf32_error = error()
+    assert error() < 1e-5 < tf32_error, (error(), tf32_error)
 
 
 @needs_cuda

@@ -25,6 +25,7 @@ from latentlens.training import (
     TrainingDiverged,
     list_checkpoints,
     model_for_task,
+    precision_scope,
     train_or_resume,
     weight_decay_groups,
 )
@@ -132,13 +133,42 @@ def test_model_for_task_sizes_the_model_to_the_task_config() -> None:
 def test_bf16_autocast_trains_and_keeps_fp32_weights(tmp_path: Path) -> None:
     """bf16 runs the matmuls in bfloat16 (CPU autocast here, CUDA the same code path)."""
     trainer = Trainer.create(tmp_path / "run", tiny_config(steps=40, precision="bf16"), quiet=True)
-    with trainer.autocast():
+    with trainer.precision_scope():
         assert trainer.model(trainer.task.sample(2).inputs).dtype == torch.bfloat16
     before = trainer.evaluate("train")["loss"]
     records = trainer.train()
     after = next(r for r in records if r["split"] == "train")["loss"]
     assert all(p.dtype == torch.float32 for p in trainer.model.parameters())
     assert math.isfinite(after) and after < 0.8 * before
+
+
+def test_tf32_scope_sets_and_restores_the_matmul_precision() -> None:
+    """tf32 asks for TF32 matmuls on CUDA only, and restores the process's setting on
+    exit, an exception included (the setting is process-wide: a notebook keeps its own)."""
+    previous = torch.get_float32_matmul_precision()
+    seen = {}
+    for device in ("cuda", "cpu"):
+        with precision_scope("tf32", torch.device(device), graphed=False):
+            seen[device] = torch.get_float32_matmul_precision()
+        assert torch.get_float32_matmul_precision() == previous
+    assert seen == {"cuda": "high", "cpu": previous}
+    with pytest.raises(KeyError), precision_scope("tf32", torch.device("cuda"), graphed=False):
+        raise KeyError("inside")
+    assert torch.get_float32_matmul_precision() == previous
+
+
+def test_tf32_on_the_cpu_is_strict_float32(tmp_path: Path) -> None:
+    """On the CPU a tf32 run computes the fp32 run's losses and weights bit for bit."""
+    runs = {}
+    for precision in ("fp32", "tf32"):
+        trainer = Trainer.create(
+            tmp_path / precision, tiny_config(steps=10, precision=precision), quiet=True
+        )
+        losses = [float(trainer.train_step()) for _ in range(10)]
+        runs[precision] = (losses, trainer.model.state_dict())
+    assert runs["tf32"][0] == runs["fp32"][0]
+    for name, weight in runs["fp32"][1].items():
+        assert torch.equal(runs["tf32"][1][name], weight), name
 
 
 def test_schedule_warms_up_then_decays_to_a_tenth() -> None:
