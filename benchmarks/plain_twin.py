@@ -1,7 +1,9 @@
 """A plain-PyTorch twin of DecoderTransformer: same math and parameter names, no hook points.
 
 It is the reference the hook-overhead benchmark compares against: load the hooked model's
-state dict into it (strict) and both compute the same function.
+state dict into it (strict) and both compute the same function. Like the official code, it
+computes every position; its training objective (:class:`PlainObjective`) reads the loss's
+positions from the full output, where latentlens's model computes only those positions.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from latentlens.models import ACTIVATION_FUNCTIONS, TransformerConfig, relative_position_buckets
+from latentlens.tasks.base import Draws
+from latentlens.training.objective import TrainingObjective
 
 
 class PlainAttention(nn.Module):
@@ -103,3 +107,12 @@ def twin_of(model: nn.Module, cfg: TransformerConfig) -> PlainTransformer:
     twin = PlainTransformer(cfg).to(next(model.parameters()).device).train(model.training)
     twin.load_state_dict(model.state_dict(), strict=True)
     return twin
+
+
+class PlainObjective(TrainingObjective):
+    """The training objective of a plain twin: its predictions at every position, of which
+    the task's loss reads its own."""
+
+    def forward(self, draws: Draws) -> torch.Tensor:
+        batch = self.task.assemble(draws, "train")
+        return self.task.loss(self.model(*self.task.model_inputs(batch)).float(), batch)

@@ -24,7 +24,7 @@ import torch
 from torch._inductor.utils import run_and_get_code
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from plain_twin import twin_of  # noqa: E402
+from plain_twin import PlainObjective, twin_of  # noqa: E402
 from train_throughput import reference_configs  # noqa: E402
 
 from latentlens.devices import resolve_device  # noqa: E402
@@ -46,11 +46,10 @@ def launches(code: str) -> tuple[int, int]:
     return fused, library
 
 
-def step_launches(trainer: Trainer, model: torch.nn.Module) -> tuple[int, int]:
-    """Kernel launches of the compiled forward and backward of ``model``'s training
-    objective (batch assembly, model and loss, as ``--compile`` compiles it) on one batch."""
+def step_launches(trainer: Trainer, objective: TrainingObjective) -> tuple[int, int]:
+    """Kernel launches of the compiled forward and backward of a training ``objective``
+    (batch assembly, model and loss, as ``--compile`` compiles it) on one batch."""
     torch._dynamo.reset()
-    objective = TrainingObjective(model, trainer.task)
     objective.compile(dynamic=False)
     draws = trainer.task.draw(128, "train", trainer.task.make_generator(0))
 
@@ -76,8 +75,9 @@ def main() -> None:
     print(f"{'task':<12}{'variant':<9}{'latentlens':>20}{'plain twin':>20}{'ratio':>8}")
     for task, variant, config in reference_configs(tasks, "fp32"):
         trainer = Trainer(None, config, device=str(device), quiet=True)
-        ours = step_launches(trainer, trainer.model)
-        plain = step_launches(trainer, twin_of(trainer.model, trainer.model_cfg))
+        ours = step_launches(trainer, TrainingObjective(trainer.model, trainer.task))
+        twin = twin_of(trainer.model, trainer.model_cfg)
+        plain = step_launches(trainer, PlainObjective(twin, trainer.task))
         cells = [f"{f} + {lib} = {f + lib}" for f, lib in (ours, plain)]
         ratio = sum(ours) / sum(plain)
         print(f"{task:<12}{variant:<9}{cells[0]:>20}{cells[1]:>20}{ratio:>8.2f}")

@@ -33,7 +33,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from plain_twin import twin_of  # noqa: E402
+from plain_twin import PlainObjective, twin_of  # noqa: E402
 
 from latentlens.devices import resolve_device  # noqa: E402
 from latentlens.training import (
@@ -45,7 +45,6 @@ from latentlens.training import (
     seed_configs,
 )
 from latentlens.training.graphs import GraphedStep  # noqa: E402
-from latentlens.training.objective import TrainingObjective  # noqa: E402
 
 VARIANTS = ("softmax", "linear", "hyla")
 # reference/hyla.md section 7: official JAX steps/s, and the plain twin beside it.
@@ -99,7 +98,7 @@ def reference_configs(tasks: list[str], precision: str) -> Iterator[tuple[str, s
 def twin_step(trainer: Trainer) -> Callable[[], torch.Tensor]:
     """The same step with the plain twin in place of the hooked model."""
     twin = twin_of(trainer.model, trainer.model_cfg).train()
-    objective = TrainingObjective(twin, trainer.task)
+    objective = PlainObjective(twin, trainer.task)
     if trainer.compiled:
         objective.compile(dynamic=False)
     graphed = trainer.graphed is not None

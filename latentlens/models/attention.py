@@ -103,6 +103,7 @@ class Attention(nn.Module):
         x: torch.Tensor,
         kv: torch.Tensor | None = None,
         key_mask: torch.Tensor | None = None,
+        query_start: int = 0,
     ) -> torch.Tensor:
         """Attend from ``x`` to ``kv`` (``x`` itself when ``None``).
 
@@ -111,6 +112,9 @@ class Attention(nn.Module):
             kv: keys' and values' stream ``[batch, key_pos, d_kv_input]``; ``None`` for
                 self-attention.
             key_mask: ``[batch, key_pos]`` bool, False for keys to ignore (padding).
+            query_start: position of ``x``'s first query among the keys, for the relative
+                position bias and the causal mask: self-attention of a trailing slice of
+                the stream is ``attn(stream[:, s:], kv=stream, query_start=s)``.
 
         Returns:
             ``[batch, query_pos, d_model]``.
@@ -127,6 +131,11 @@ class Attention(nn.Module):
         else:
             check_input("kv", kv, (x.shape[0], None, cfg.kv_width), "[batch, key_pos, d_kv]")
         batch, q_len, k_len = x.shape[0], x.shape[1], kv.shape[1]
+        if query_start and not 0 < query_start <= k_len - q_len:
+            raise ValueError(
+                f"query_start={query_start} puts the {q_len} queries outside the {k_len} key "
+                f"positions; it must lie in [0, {k_len - q_len}]"
+            )
 
         q, k, v = self._project(x, kv)
         q, k, v = self.hook_q(q), self.hook_k(k), self.hook_v(v)
@@ -134,8 +143,8 @@ class Attention(nn.Module):
         # Scaling q ([.., d_head] per head) costs less than scaling the [.., key] scores.
         scores = torch.einsum("bqhd,bkhd->bhqk", q * cfg.d_head**-0.5, k)
         if self.rel_pos is not None:
-            scores = scores + self.rel_pos(q_len, k_len)
-        mask = self._mask(batch, q_len, k_len, key_mask, x.device)
+            scores = scores + self.rel_pos(q_len, k_len, query_start)
+        mask = self._mask(batch, q_len, k_len, key_mask, x.device, query_start)
         if mask is not None:
             fill = torch.finfo(scores.dtype).min if cfg.normalization == "softmax" else 0.0
             scores = scores.masked_fill(~mask, fill)
@@ -183,11 +192,13 @@ class Attention(nn.Module):
         k_len: int,
         key_mask: torch.Tensor | None,
         device: torch.device,
+        query_start: int,
     ) -> torch.Tensor | None:
         """Bool mask ``[batch | 1, 1, query, key]``, True where the query may attend."""
         mask = None
         if self.cfg.causal:
-            mask = torch.ones(q_len, k_len, dtype=torch.bool, device=device).tril()[None, None]
+            mask = torch.ones(q_len, k_len, dtype=torch.bool, device=device)
+            mask = mask.tril(diagonal=query_start)[None, None]
         if key_mask is not None:
             check_input("key_mask", key_mask, (batch, k_len), "[batch, key_pos]")
             if key_mask.dtype != torch.bool:

@@ -20,15 +20,19 @@ def relative_position_buckets(
     max_distance: int,
     bidirectional: bool = False,
     device: torch.device | str | None = None,
+    query_start: int = 0,
 ) -> torch.Tensor:
     """T5 bucket index of every (query, key) pair. Returns ``[q_len, k_len]`` int64.
+
+    Queries sit at positions ``query_start, ..., query_start + q_len - 1`` and keys at
+    ``0, ..., k_len - 1`` (``query_start`` > 0: a trailing slice of the queries).
 
     With ``bidirectional=False`` keys after the query share the bucket of distance 0.
     Distances below ``num_buckets // 2`` (halved again when bidirectional) get one bucket
     each; larger ones are binned logarithmically up to ``max_distance``, beyond which all
     fall in the last bucket. The arithmetic is float32, like T5's.
     """
-    query_pos = torch.arange(q_len, device=device)[:, None]
+    query_pos = torch.arange(query_start, query_start + q_len, device=device)[:, None]
     key_pos = torch.arange(k_len, device=device)[None, :]
     distance = query_pos - key_pos  # n = -(key - query)
     offset = torch.zeros_like(distance)
@@ -49,8 +53,9 @@ def relative_position_buckets(
 class RelativePositionBias(nn.Module):
     """Learned T5 relative position bias of one attention layer.
 
-    Parameter ``table``: ``[n_heads, num_buckets]``. ``forward(q_len, k_len)`` returns the
-    bias ``[n_heads, q_len, k_len]`` that is added to the attention scores.
+    Parameter ``table``: ``[n_heads, num_buckets]``. ``forward(q_len, k_len, query_start)``
+    returns the bias ``[n_heads, q_len, k_len]`` that is added to the attention scores of
+    queries at positions ``query_start, ...`` and keys at ``0, ...``.
     """
 
     def __init__(
@@ -71,9 +76,10 @@ class RelativePositionBias(nn.Module):
             persistent=False,
         )
 
-    def forward(self, q_len: int, k_len: int) -> torch.Tensor:
-        if q_len <= self.bucket_grid.shape[0] and k_len <= self.bucket_grid.shape[1]:
-            buckets = self.bucket_grid[:q_len, :k_len]
+    def forward(self, q_len: int, k_len: int, query_start: int = 0) -> torch.Tensor:
+        q_end = query_start + q_len
+        if q_end <= self.bucket_grid.shape[0] and k_len <= self.bucket_grid.shape[1]:
+            buckets = self.bucket_grid[query_start:q_end, :k_len]
         else:
             buckets = relative_position_buckets(
                 q_len,
@@ -82,6 +88,7 @@ class RelativePositionBias(nn.Module):
                 self.max_distance,
                 self.bidirectional,
                 self.table.device,
+                query_start,
             )
         return self.table[:, buckets]
 

@@ -8,7 +8,8 @@ Hook points (shapes), following TransformerLens's names:
 
 - ``hook_embed``, ``hook_pos_embed`` (absolute position only): ``[batch, pos, d_model]``
 - ``blocks.{l}.hook_resid_pre``, ``hook_resid_mid``, ``hook_resid_post``:
-  ``[batch, pos, d_model]``
+  ``[batch, pos, d_model]`` (after the last block's attention, ``[batch, n, d_model]`` when
+  ``forward`` is asked for the ``last_positions`` n only)
 - ``blocks.{l}.hook_attn_out``, ``blocks.{l}.hook_mlp_out``: ``[batch, pos, d_model]``
 - ``blocks.{l}.mlp.hook_pre``, ``hook_post``: ``[batch, pos, d_mlp]``
 - ``blocks.{l}.attn.*``: see :mod:`latentlens.models.attention`
@@ -61,12 +62,24 @@ class TransformerBlock(nn.Module):
         self.hook_mlp_out = HookPoint()
         self.hook_resid_post = HookPoint()
 
-    def forward(self, resid: torch.Tensor, key_mask: torch.Tensor | None = None) -> torch.Tensor:
-        """``[batch, pos, d_model] -> [batch, pos, d_model]``."""
+    def forward(
+        self,
+        resid: torch.Tensor,
+        key_mask: torch.Tensor | None = None,
+        last_positions: int | None = None,
+    ) -> torch.Tensor:
+        """``[batch, pos, d_model] -> [batch, pos, d_model]``; with ``last_positions`` n,
+        the last n positions only, ``[batch, n, d_model]`` (their queries still attend to
+        every position)."""
         resid = self.hook_resid_pre(resid)
-        resid = self.hook_resid_mid(
-            resid + self.hook_attn_out(self.attn(self.ln1(resid), key_mask=key_mask))
-        )
+        normed = self.ln1(resid)
+        if last_positions is None:
+            attn_out = self.attn(normed, key_mask=key_mask)
+        else:
+            start = resid.shape[1] - last_positions
+            resid = resid[:, start:]
+            attn_out = self.attn(normed[:, start:], kv=normed, key_mask=key_mask, query_start=start)
+        resid = self.hook_resid_mid(resid + self.hook_attn_out(attn_out))
         return self.hook_resid_post(resid + self.hook_mlp_out(self.mlp(self.ln2(resid))))
 
 
@@ -106,15 +119,36 @@ class DecoderTransformer(HookedModel):
         self.unembed = init_linear_(nn.Linear(cfg.d_model, cfg.d_output))
         self.setup()
 
-    def forward(self, inputs: torch.Tensor, key_mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        inputs: torch.Tensor,
+        key_mask: torch.Tensor | None = None,
+        last_positions: int | None = None,
+    ) -> torch.Tensor:
         """Outputs ``[batch, pos, d_output]``; ``key_mask`` ``[batch, pos]`` bool marks real
-        (True) and padding (False) positions."""
-        resid = self.hook_embed(self.embed(self._check_inputs(inputs)))
+        (True) and padding (False) positions.
+
+        ``last_positions`` n returns the outputs of the last n positions only,
+        ``[batch, n, d_output]``, equal to ``forward(inputs)[:, -n:]``: the last block
+        computes its queries, MLP and readout at those positions alone (its keys and values
+        at every position), which is all a loss on them needs. Its hooks after the
+        attention then hold those n positions.
+        """
+        inputs = self._check_inputs(inputs)
+        pos = inputs.shape[1]
+        if last_positions is not None and not 1 <= last_positions <= pos:
+            raise ValueError(
+                f"last_positions={last_positions} is not in [1, {pos}] (the input's "
+                "positions); pass None for every position"
+            )
+        resid = self.hook_embed(self.embed(inputs))
         if self.cfg.absolute_position:
             positions = self.pos_encoding[: inputs.shape[1]].expand(inputs.shape[0], -1, -1)
             resid = resid + self.hook_pos_embed(positions)
-        for block in self.blocks:
-            resid = block(resid, key_mask=key_mask)
+        final = len(self.blocks) - 1
+        for layer, block in enumerate(self.blocks):
+            keep = last_positions if layer == final and last_positions != pos else None
+            resid = block(resid, key_mask=key_mask, last_positions=keep)
         return self.unembed(self.ln_final(resid))
 
     def _check_inputs(self, inputs: torch.Tensor) -> torch.Tensor:

@@ -61,6 +61,9 @@ class Task:
     splits: tuple[str, ...] = ()
     # Whether ``sample`` can be captured in a CUDA graph (no host copy or sync inside).
     graph_capturable: bool = True
+    # How many final positions the loss and the metrics read (None: every position); the
+    # trainer then asks the model for those alone (``last_positions``).
+    loss_positions: int | None = None
 
     def __init__(self, seed: int = 0, device: torch.device | str = "cpu") -> None:
         if isinstance(seed, bool) or not isinstance(seed, int):

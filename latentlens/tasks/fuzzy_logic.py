@@ -102,6 +102,7 @@ class FuzzyLogicTask(DrawnTask):
     """The fuzzy-logic regression task; see the module docstring for the batch layout."""
 
     name = "fuzzy-logic"
+    loss_positions = 1
     splits = ("train", "test", "ood")
 
     def __init__(

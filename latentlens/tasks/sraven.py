@@ -175,6 +175,11 @@ class SRavenTask(DrawnTask):
         self._coefficients = arithmetic_coefficients().to(self.device)
         self._values = torch.arange(cfg.num_values, device=self.device)
 
+    @property
+    def loss_positions(self) -> int:  # type: ignore[override]
+        """The F query positions at the end, which the loss and the metrics read."""
+        return self.config.num_features
+
     def _pool(self, split: str) -> torch.Tensor:
         """The rule combinations ``split`` draws from (indices into the multisets)."""
         return self._pools["ood" if split.startswith("ood") else "in"]

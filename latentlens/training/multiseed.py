@@ -37,6 +37,7 @@ from latentlens.tasks.base import Batch
 from latentlens.training.callbacks import Callback
 from latentlens.training.config import TrainConfig
 from latentlens.training.graphs import GraphedStep
+from latentlens.training.objective import prediction_kwargs
 from latentlens.training.run_dir import RunDirectory
 from latentlens.training.trainer import (
     LOG_EVERY,
@@ -241,7 +242,9 @@ class SeedGroup:
         """One seed's loss: its parameters and buffers, its batch (vmapped over seeds)."""
         task, model = self.trainers[0].task, self.trainers[0].model
         batch = Batch(inputs, targets, labels)
-        predictions = functional_call(model, (params, buffers), task.model_inputs(batch))
+        predictions = functional_call(
+            model, (params, buffers), task.model_inputs(batch), prediction_kwargs(task)
+        )
         return task.loss(predictions.float(), batch)
 
     def _losses(self, batch: Batch) -> torch.Tensor:

@@ -6,6 +6,10 @@ draws (:meth:`Task.assemble`) and the loss and its backward then fuse into the m
 kernels instead of running as separate launches. Under DistributedDataParallel
 the compiled objective is what DDP wraps (PyTorch's advice for compiling with DDP), so one
 code path serves one process and many.
+
+The model predicts only the positions the loss reads (:func:`prediction_kwargs`): on fuzzy
+logic the last of 16, on SRAVEN the last 4 of 36, so its last block computes its queries,
+MLP and readout there alone.
 """
 
 from __future__ import annotations
@@ -29,5 +33,12 @@ class TrainingObjective(torch.nn.Module):
 
     def forward(self, draws: Draws) -> torch.Tensor:
         batch = self.task.assemble(draws, "train")
-        predictions = self.model(*self.task.model_inputs(batch))
+        predictions = self.model(*self.task.model_inputs(batch), **prediction_kwargs(self.task))
         return self.task.loss(predictions.float(), batch)
+
+
+def prediction_kwargs(task: Task) -> dict[str, int]:
+    """The keyword arguments that make a model predict only the positions ``task``'s loss
+    and metrics read (:attr:`Task.loss_positions`): the same loss and gradients for less
+    work. Empty for a task that reads every position."""
+    return {} if task.loss_positions is None else {"last_positions": task.loss_positions}

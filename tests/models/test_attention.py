@@ -42,6 +42,24 @@ def test_fast_path_equals_per_pair_hypernetwork(variant: str, causal: bool) -> N
     assert relative_error(pattern["a"], slow_a) < 1e-10
 
 
+@pytest.mark.parametrize("variant", ["softmax", "hyla", "linear"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_trailing_queries_equal_the_reference_rows(variant: str, causal: bool) -> None:
+    """Self-attention of the last queries alone (``query_start``) gives the per-pair
+    reference's rows of those queries: their relative bias and causal mask are those of
+    their own positions."""
+    attn = random_attention(
+        variant, causal=causal, relative_position=True, num_buckets=4, max_distance=5
+    )
+    x = torch.randn(2, 7, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    slow_out, _ = reference_attention(dict(attn.named_parameters()), attn.cfg, x)
+    for start in (1, 5, 6):
+        out = attn(x[:, start:], kv=x, query_start=start)
+        assert relative_error(out, slow_out[:, start:]) < 1e-10, start
+    with pytest.raises(ValueError, match=r"query_start=6 puts the 2 queries outside"):
+        attn(x[:, 5:], kv=x, query_start=6)
+
+
 @pytest.mark.parametrize("variant", ["softmax", "hyla", "linear_rms_head"])
 def test_cross_attention_with_padding_equals_reference(variant: str) -> None:
     attn = random_attention(variant, d_kv_input=5)

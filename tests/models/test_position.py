@@ -42,6 +42,17 @@ def test_bias_longer_than_its_grid_still_follows_the_formula() -> None:
     torch.testing.assert_close(out, bias.table[:, buckets])
 
 
+@pytest.mark.parametrize("grid_size", [8, 4])
+def test_queries_from_an_offset_take_their_own_rows_of_the_bias(grid_size: int) -> None:
+    """Queries at positions 4 and 5 of 6 get rows 4 and 5 of the full bias, from the
+    precomputed grid (size 8) or from the formula beyond it (size 4)."""
+    bias = RelativePositionBias(n_heads=2, num_buckets=grid_size, max_distance=grid_size)
+    torch.nn.init.normal_(bias.table)
+    torch.testing.assert_close(bias(2, 6, query_start=4), bias(6, 6)[:, 4:], rtol=0, atol=0)
+    buckets = relative_position_buckets(2, 6, 8, 8, query_start=4)
+    assert torch.equal(buckets, relative_position_buckets(6, 6, 8, 8)[4:])
+
+
 def test_sinusoidal_encoding_values() -> None:
     enc = sinusoidal_encoding(10, 8)
     assert enc.shape == (10, 8)

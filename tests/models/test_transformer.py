@@ -179,3 +179,53 @@ def test_latent_codes_without_the_pattern_in_cache_explains_the_fix() -> None:
 def test_parameter_counts_match_the_reference(preset: str, count: int, variant: str) -> None:
     model = DecoderTransformer(TransformerConfig.preset(preset, attention=variant))
     assert sum(p.numel() for p in model.parameters()) == count
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+@pytest.mark.parametrize("causal", [False, True])
+def test_last_positions_give_the_full_outputs_and_gradients_there(
+    variant: str, causal: bool
+) -> None:
+    """The last block computing only the last n positions is the same function there, with
+    the same gradient of any loss that reads them: its queries take the relative bias and
+    the causal mask of their own positions, its keys and values every position (padding
+    included). float64, so that only the summation order may differ (measured: ~1e-16)."""
+    model = tiny_model(variant, causal=causal).double().eval()
+    x = torch.rand(3, 6, 3, dtype=torch.float64)
+    key_mask = torch.ones(3, 6, dtype=torch.bool)
+    key_mask[1, :2] = False
+    params = dict(model.named_parameters())
+    for n in (1, 2, 6):
+        weights = torch.randn(3, n, 2, dtype=torch.float64)
+        full = model(x, key_mask=key_mask)[:, -n:]
+        part = model(x, key_mask=key_mask, last_positions=n)
+        torch.testing.assert_close(part, full, rtol=1e-12, atol=1e-12)
+        full_grads = torch.autograd.grad((full * weights).sum(), list(params.values()))
+        part_grads = torch.autograd.grad((part * weights).sum(), list(params.values()))
+        for name, a, b in zip(params, full_grads, part_grads, strict=True):
+            torch.testing.assert_close(b, a, rtol=1e-10, atol=1e-12, msg=f"{name}, n={n}")
+
+
+def test_last_positions_shrink_only_the_last_blocks_later_hooks() -> None:
+    model = tiny_model("hyla").eval()
+    names = ["blocks.0.hook_resid_post", "blocks.1.hook_resid_pre", "blocks.1.attn.hook_k"]
+    names += ["blocks.1.attn.hook_q", "blocks.1.attn.hook_pattern", "blocks.1.hook_resid_post"]
+    out, cache = model.run_with_cache(
+        torch.rand(2, 6, 3), last_positions=2, names_filter=lambda name: name in names
+    )
+    shapes = {name: tuple(cache[name].shape) for name in names}
+    assert out.shape == (2, 2, 2)
+    assert shapes == {
+        "blocks.0.hook_resid_post": (2, 6, 12),
+        "blocks.1.hook_resid_pre": (2, 6, 12),
+        "blocks.1.attn.hook_k": (2, 6, 3, 2),
+        "blocks.1.attn.hook_q": (2, 2, 3, 2),
+        "blocks.1.attn.hook_pattern": (2, 3, 2, 6),
+        "blocks.1.hook_resid_post": (2, 2, 12),
+    }
+
+
+@pytest.mark.parametrize("n", [0, 7])
+def test_last_positions_outside_the_input_are_rejected(n: int) -> None:
+    with pytest.raises(ValueError, match=rf"last_positions={n} is not in \[1, 6\]"):
+        tiny_model("softmax")(torch.rand(2, 6, 3), last_positions=n)

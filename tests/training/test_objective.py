@@ -5,6 +5,8 @@ CPU, where it does not pay)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 import torch
 
@@ -16,7 +18,7 @@ TINY = dict(n_layers=2, d_model=32, n_heads=4, qk_dim=8, v_dim=8, d_mlp=64, atte
 
 
 def loss_and_gradients(
-    objective: torch.nn.Module, model: torch.nn.Module, draws: Draws
+    objective: Callable[[Draws], torch.Tensor], model: torch.nn.Module, draws: Draws
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     model.zero_grad(set_to_none=True)
     loss = objective(draws)
@@ -63,3 +65,41 @@ def test_compiled_objective_gives_the_eager_loss_and_gradients(task: str) -> Non
     trainer.model(*trainer.task.model_inputs(batch))
     trainer.model.reset_hooks()
     assert seen == [torch.Size([32, batch.inputs.shape[1], TINY["d_model"]])]
+
+
+@pytest.mark.parametrize("task", ["fuzzy-logic", "sraven"])
+def test_the_loss_reads_only_the_positions_the_model_is_asked_for(task: str) -> None:
+    """The task's loss and metrics read its last ``loss_positions`` predictions alone
+    (changing any earlier one changes nothing; changing one of them does), so the objective,
+    which predicts only those (``last_positions``), gives the full model's loss and
+    gradients. float32 as in training: the last block's matmuls over fewer rows may sum in
+    another order (measured: the same loss, gradients within 7e-7 of their largest entry;
+    the tolerance leaves a 6x margin; float64 equality is tests/models/test_transformer.py's)."""
+    config = Trainer.resolve_config(
+        task, model_for_task(task, attention="hyla", **TINY), TrainConfig.for_task(task)
+    )
+    trainer = Trainer(None, config, device="cpu", quiet=True)
+    task_obj, model = trainer.task, trainer.model
+    n = task_obj.loss_positions
+    draws = task_obj.draw(32, "train", task_obj.make_generator(0))
+    batch = task_obj.assemble(draws)
+
+    def loss_and_metrics(predictions: torch.Tensor) -> list[torch.Tensor]:
+        return [task_obj.loss(predictions, batch), *task_obj.metrics(predictions, batch).values()]
+
+    full = model(*task_obj.model_inputs(batch)).detach()
+    earlier, inside = full.clone(), full.clone()
+    earlier[:, :-n] = torch.randn_like(earlier[:, :-n])
+    inside[:, -1, 0] += 3.0
+    assert all(map(torch.equal, loss_and_metrics(earlier), loss_and_metrics(full)))
+    assert not torch.equal(loss_and_metrics(inside)[0], loss_and_metrics(full)[0])
+
+    full_objective = lambda draws: task_obj.loss(  # noqa: E731
+        model(*task_obj.model_inputs(task_obj.assemble(draws))).float(), batch
+    )
+    full_loss, full_grads = loss_and_gradients(full_objective, model, draws)
+    loss, grads = loss_and_gradients(TrainingObjective(model, task_obj), model, draws)
+    torch.testing.assert_close(loss, full_loss, rtol=1e-6, atol=0.0)
+    for name, grad in full_grads.items():
+        scale = grad.abs().max().item()
+        torch.testing.assert_close(grads[name], grad, rtol=1e-4, atol=4e-6 * scale, msg=name)
