@@ -49,11 +49,14 @@ for check in "${checks[@]}"; do
         run tests python3 -m pytest -q -o addopts="" -p no:cacheprovider \
             tests/training/test_cuda.py tests/training/test_multiseed.py
         ;;
-    single)
-        run single "${throughput[@]}" --steps 500 --cuda-graphs --compile
-        ;;
-    tf32)
-        run single_tf32 "${throughput[@]}" --steps 500 --cuda-graphs --compile --precision tf32
+    single | tf32)
+        # SRAVEN first, each task to its own file: a lease cut short keeps what finished.
+        precision=fp32
+        [[ $check == tf32 ]] && precision=tf32
+        for task in sraven fuzzy-logic; do
+            run "${check}_${task/-/_}" "${throughput[@]}" --task "$task" --steps 500 \
+                --cuda-graphs --compile --precision "$precision"
+        done
         ;;
     seeds)
         run seeds_sraven_graphs "${throughput[@]}" --task sraven --seeds 8 --steps 200 \
