@@ -8,11 +8,14 @@ Hook points (shapes), following TransformerLens's names:
 
 - ``hook_embed``, ``hook_pos_embed`` (absolute position only): ``[batch, pos, d_model]``
 - ``blocks.{l}.hook_resid_pre``, ``hook_resid_mid``, ``hook_resid_post``:
-  ``[batch, pos, d_model]`` (after the last block's attention, ``[batch, n, d_model]`` when
-  ``forward`` is asked for the ``last_positions`` n only)
+  ``[batch, pos, d_model]``
 - ``blocks.{l}.hook_attn_out``, ``blocks.{l}.hook_mlp_out``: ``[batch, pos, d_model]``
 - ``blocks.{l}.mlp.hook_pre``, ``hook_post``: ``[batch, pos, d_mlp]``
 - ``blocks.{l}.attn.*``: see :mod:`latentlens.models.attention`
+
+With ``forward(..., last_positions=n)`` the last block's hooks of queries hold n positions
+in place of ``pos``: ``attn.hook_q``, the scores, the pattern, ``attn.hook_z`` and every
+hook after the attention; its keys and values keep every position.
 """
 
 from __future__ import annotations

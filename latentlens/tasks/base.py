@@ -61,8 +61,8 @@ class Task:
     splits: tuple[str, ...] = ()
     # Whether ``sample`` can be captured in a CUDA graph (no host copy or sync inside).
     graph_capturable: bool = True
-    # How many final positions the loss and the metrics read (None: every position); the
-    # trainer then asks the model for those alone (``last_positions``).
+    # How many final positions the loss and the metrics read; the trainer then asks the
+    # model for those alone (``last_positions``). None: the model predicts every position.
     loss_positions: int | None = None
 
     def __init__(self, seed: int = 0, device: torch.device | str = "cpu") -> None:
