@@ -36,6 +36,14 @@ MODEL_FLAGS = {"d_model": int, "n_layers": int, "n_heads": int, "qk_dim": int, "
 TRAIN_FLAGS = {"steps": int, "batch_size": int, "lr": float, "weight_decay": float,
                "warmup_steps": int, "eval_every": int, "eval_examples": int, "seed": int,
                "precision": str, "keep_checkpoints": int, "grad_clip": float}  # fmt: skip
+# Flags of the two dicts above with a closed set of values: (choices, help).
+FLAG_CHOICES = {
+    "precision": (
+        PRECISIONS,
+        "fp32: strict float32 (default); tf32: float32 with CUDA matmuls on TF32 tensor "
+        "cores, JAX's default on GPUs; bf16: bf16 autocast",
+    )
+}
 TASK_FLAGS = {"support": str}
 SEQ2SEQ_FLAGS = {"fuse": str, "connection": str}
 
@@ -96,14 +104,9 @@ def add_train_parser(commands: argparse._SubParsersAction) -> None:
     )
     train.add_argument("--quiet", action="store_true", help="no progress bar")
     for name, kind in {**MODEL_FLAGS, **TRAIN_FLAGS}.items():
-        if name != "precision":
-            train.add_argument("--" + name.replace("_", "-"), type=kind, default=None)
-    train.add_argument(
-        "--precision",
-        choices=PRECISIONS,
-        help="fp32: strict float32 (default); tf32: float32 with CUDA matmuls on TF32 tensor "
-        "cores, JAX's default on GPUs; bf16: bf16 autocast",
-    )
+        choices, text = FLAG_CHOICES.get(name, (None, None))
+        flag = "--" + name.replace("_", "-")
+        train.add_argument(flag, type=kind, default=None, choices=choices, help=text)
     train.set_defaults(handler=run_train)
 
 
