@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 
 from latentlens.tasks import Task
-from latentlens.tasks.base import Draws
+from latentlens.tasks.base import Batch, Draws
 
 
 class TrainingObjective(torch.nn.Module):
@@ -33,8 +33,13 @@ class TrainingObjective(torch.nn.Module):
 
     def forward(self, draws: Draws) -> torch.Tensor:
         batch = self.task.assemble(draws, "train")
-        predictions = self.model(*self.task.model_inputs(batch), **prediction_kwargs(self.task))
-        return self.task.loss(predictions.float(), batch)
+        return self.task.loss(predict(self.model, self.task, batch).float(), batch)
+
+
+def predict(model: torch.nn.Module, task: Task, batch: Batch) -> torch.Tensor:
+    """``model``'s predictions on ``batch`` at the positions ``task``'s loss and metrics
+    read (:func:`prediction_kwargs`)."""
+    return model(*task.model_inputs(batch), **prediction_kwargs(task))
 
 
 def prediction_kwargs(task: Task) -> dict[str, int]:

@@ -40,7 +40,7 @@ from latentlens.training.checkpoint import (
 from latentlens.training.config import TrainConfig
 from latentlens.training.distributed import init_distributed
 from latentlens.training.graphs import GraphedStep
-from latentlens.training.objective import TrainingObjective, prediction_kwargs
+from latentlens.training.objective import TrainingObjective, predict
 from latentlens.training.run_dir import RunDirectory
 
 LOG_EVERY = 25
@@ -444,8 +444,7 @@ class Trainer:
             size = min(cfg.batch_size, examples - seen)
             batch = self.task.sample(size, split, generator)
             with self.precision_scope():
-                inputs = self.task.model_inputs(batch)
-                predictions = self.model(*inputs, **prediction_kwargs(self.task)).float()
+                predictions = predict(self.model, self.task, batch).float()
             loss_sum += float(self.task.loss(predictions, batch)) * size
             for name, value in self.task.metric_sums(predictions, batch).items():
                 sums[name] = sums.get(name, 0.0) + float(value)
