@@ -9,6 +9,8 @@
 #   tests     the CUDA tests of the trainer and the seed group
 #   single    one run per model, --cuda-graphs --compile, both tasks, beside the twin
 #   tf32      the same with --precision tf32 (the official JAX code's matmul arithmetic)
+#   autotune  SRAVEN, tf32, with inductor's GEMM autotuning (Triton matmul templates with
+#             fused epilogues instead of cuBLAS calls, where faster): fewer, tuned kernels
 #   seeds     8 seeds at once vs one run, SRAVEN, --cuda-graphs with and without --compile
 #   seeds-fl  the same on fuzzy logic
 #   kernels   kernel launches per compiled forward + backward (Triton), beside the twin
@@ -16,13 +18,13 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 if [[ $# -lt 1 ]]; then
-    echo "usage: bash benchmarks/gpu_checks.sh OUT [tests|single|tf32|seeds|seeds-fl|kernels|profile ...]" >&2
+    echo "usage: bash benchmarks/gpu_checks.sh OUT [tests|single|tf32|autotune|seeds|seeds-fl|kernels|profile ...]" >&2
     exit 2
 fi
 out=$1
 shift
 checks=("$@")
-[[ ${#checks[@]} -eq 0 ]] && checks=(tests single tf32 seeds seeds-fl kernels profile)
+[[ ${#checks[@]} -eq 0 ]] && checks=(tests single tf32 autotune seeds seeds-fl kernels profile)
 python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" || {
     echo "no CUDA device: these checks need a GPU" >&2
     exit 2
@@ -58,6 +60,12 @@ for check in "${checks[@]}"; do
                 --cuda-graphs --compile --precision "$precision"
         done
         ;;
+    autotune)
+        # Inductor reads TORCHINDUCTOR_MAX_AUTOTUNE_GEMM at import; its cuda graphs stay
+        # off (the Trainer captures the step itself).
+        run autotune_sraven env TORCHINDUCTOR_MAX_AUTOTUNE_GEMM=1 "${throughput[@]}" \
+            --task sraven --steps 500 --cuda-graphs --compile --precision tf32
+        ;;
     seeds)
         run seeds_sraven_graphs "${throughput[@]}" --task sraven --seeds 8 --steps 200 \
             --cuda-graphs
@@ -78,7 +86,7 @@ for check in "${checks[@]}"; do
         done
         ;;
     *)
-        echo "unknown check '$check': choose from tests, single, tf32, seeds, seeds-fl, kernels, profile" >&2
+        echo "unknown check '$check': choose from tests, single, tf32, autotune, seeds, seeds-fl, kernels, profile" >&2
         exit 2
         ;;
     esac
