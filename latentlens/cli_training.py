@@ -281,6 +281,7 @@ def print_table(records: list[dict[str, Any]]) -> None:
     if not records:
         return
     names = [k for k in records[0] if k not in ("step", "split")]
-    print(f"{'split':<8}" + "".join(f"{n:>18}" for n in names))
+    width = max(len("split"), *(len(record["split"]) for record in records)) + 2
+    print(f"{'split':<{width}}" + "".join(f"{n:>18}" for n in names))
     for record in records:
-        print(f"{record['split']:<8}" + "".join(f"{record[n]:>18.4f}" for n in names))
+        print(f"{record['split']:<{width}}" + "".join(f"{record[n]:>18.4f}" for n in names))

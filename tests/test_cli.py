@@ -39,3 +39,18 @@ def test_inspect_all_variants_in_process(capsys: pytest.CaptureFixture[str]) -> 
 def test_bad_argument_gives_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["inspect", "--batch", "0"]) == 2
     assert "--batch=0 is invalid" in capsys.readouterr().err
+
+
+def test_metrics_table_columns_line_up_with_long_split_names(capsys) -> None:
+    from latentlens.cli_training import print_table
+
+    records = [
+        {"step": 5, "split": "train", "loss": 2.5, "accuracy": 0.25},
+        {"step": 5, "split": "ood_unpermuted", "loss": 12.125, "accuracy": 1.0},
+    ]
+    print_table(records)
+    header, *rows = capsys.readouterr().out.splitlines()
+    assert [len(line) for line in rows] == [len(header)] * 2
+    assert header.split() == ["split", "loss", "accuracy"]
+    assert rows[1].split() == ["ood_unpermuted", "12.1250", "1.0000"]
+    assert header.index("loss") + len("loss") == rows[1].index("12.1250") + len("12.1250")
