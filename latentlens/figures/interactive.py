@@ -8,7 +8,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from latentlens.figures.training import METRIC_LABELS, SPLIT_TITLES, default_metric
+from latentlens.figures.training import METRIC_LABELS, default_metric, split_title, split_titles
 from latentlens.training.run_dir import RunDirectory
 
 
@@ -61,13 +61,14 @@ def metric_curves_plotly(runs: Mapping[str, str | Path], metric: str | None = No
             raise ValueError(f"{path} has no metrics.jsonl records: train the run first")
         metric = metric or default_metric(records)
         splits = list(dict.fromkeys(r["split"] for r in records))
+        titles = split_titles(path)
         for s_index, split in enumerate(splits):
             rows = [r for r in records if r["split"] == split]
             figure.add_trace(
                 go.Scatter(
                     x=[r["step"] for r in rows],
                     y=[r[metric] for r in rows],
-                    name=f"{label}, {SPLIT_TITLES.get(split, split)}",
+                    name=f"{label}, {split_title(split, titles)}",
                     line={
                         "color": f"hsl({(index * 97) % 360}, 60%, 45%)",
                         "dash": dashes[s_index % len(dashes)],

@@ -3,20 +3,16 @@ decoding of a task latent per layer."""
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 from matplotlib.figure import Figure
 
+from latentlens.tasks import TASKS
 from latentlens.training.run_dir import RunDirectory, read_jsonl
 
-SPLIT_TITLES = {
-    "train": "in-distribution",
-    "test": "held-out combinations",
-    "ood": "out-of-distribution",
-    "control": "random control",
-}
 METRIC_LABELS = {"r2": "R²", "accuracy": "accuracy", "feature_accuracy": "feature accuracy"}
 
 
@@ -25,6 +21,23 @@ def _metric_records(run: str | Path) -> list[dict]:
     if not records:
         raise ValueError(f"{run} has no metrics.jsonl records: train the run first")
     return records
+
+
+def split_titles(run: str | Path) -> dict[str, str]:
+    """What each split of ``run``'s task holds (the task's ``split_titles``: ``test`` is
+    held-out combinations in fuzzy logic but new puzzles of the training rules in SRAVEN);
+    empty for a run without config.json or of a task this version does not know."""
+    directory = RunDirectory(run)
+    if not directory.config_path.is_file():
+        return {}
+    task = directory.read_config().get("task")
+    entry = TASKS.get(task.get("name")) if isinstance(task, dict) else None
+    return dict(entry[0].split_titles) if entry else {}
+
+
+def split_title(split: str, titles: Mapping[str, str]) -> str:
+    """``"held-out terms (ood)"``; the bare split name where ``titles`` lacks it."""
+    return f"{titles[split]} ({split})" if split in titles else split
 
 
 def default_metric(records: Sequence[dict]) -> str:
@@ -41,9 +54,9 @@ def metric_curves(
     """One panel per split, one line per run: ``metric`` against the training step.
 
     ``runs`` maps a legend label (e.g. ``"HYLA"``) to a run directory; ``metric`` defaults
-    to the task's (R² or accuracy). ``splits`` defaults
-    to every split the first run evaluated. ``ylim`` fixes the y-axis (R² curves of bad
-    models can dive far below 0 and flatten the rest).
+    to the task's (R² or accuracy). ``splits`` defaults to every split the first run
+    evaluated; panels are titled as the first run's task describes its splits. ``ylim``
+    fixes the y-axis (R² curves of bad models can dive far below 0 and flatten the rest).
     """
     if not runs:
         raise ValueError("metric_curves needs at least one run")
@@ -56,6 +69,7 @@ def metric_curves(
                 f"the run {label!r} has no metric {metric!r}; it logs {sorted(records[0])}"
             )
     splits = list(splits or dict.fromkeys(r["split"] for r in first))
+    titles = split_titles(next(iter(runs.values())))
     figure = Figure(figsize=(4.2 * len(splits), 3.4), layout="constrained")
     clipped = False
     axes = figure.subplots(1, len(splits), sharey=True, squeeze=False)[0]
@@ -79,7 +93,7 @@ def metric_curves(
                             marker=marker, markersize=7, markerfacecolor="white",
                             color=line.get_color(), clip_on=False, zorder=3)  # fmt: skip
                     clipped = True
-        ax.set_title(SPLIT_TITLES.get(split, split) + f" ({split})")
+        ax.set_title(textwrap.fill(split_title(split, titles), 34), fontsize="medium")
         ax.set_xlabel("training step")
         ax.grid(alpha=0.3)
         if ylim is not None:

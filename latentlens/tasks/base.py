@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -59,6 +59,8 @@ class Task:
 
     name: str = "task"
     splits: tuple[str, ...] = ()
+    # What each split holds, in a few words, for figure titles and tables.
+    split_titles: ClassVar[dict[str, str]] = {}
     # Whether ``sample`` can be captured in a CUDA graph (no host copy or sync inside).
     graph_capturable: bool = True
     # How many final positions the loss and the metrics read; the trainer then asks the

@@ -104,6 +104,11 @@ class FuzzyLogicTask(DrawnTask):
     name = "fuzzy-logic"
     loss_positions = 1
     splits = ("train", "test", "ood")
+    split_titles = {
+        "train": "in-distribution",
+        "test": "held-out combinations",
+        "ood": "held-out terms",
+    }
 
     def __init__(
         self,

@@ -212,6 +212,11 @@ class ModularICLTask(Task):
 
     name = "modular-icl"
     splits = ("train", "ood", "control")
+    split_titles = {
+        "train": "training support",
+        "ood": "held-out module combinations",
+        "control": "random unstructured control",
+    }
     # The teacher's operator norm is an SVD, which synchronises with the host on CUDA.
     graph_capturable = False
 

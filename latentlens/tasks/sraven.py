@@ -145,6 +145,13 @@ class SRavenTask(DrawnTask):
 
     name = "sraven"
     splits = ("train", "test", "ood", "test_unpermuted", "ood_unpermuted")
+    split_titles = {
+        "train": "in-distribution rules",
+        "test": "in-distribution rules, new puzzles",
+        "ood": "held-out rule combinations",
+        "test_unpermuted": "in-distribution rules, features unpermuted",
+        "ood_unpermuted": "held-out rule combinations, features unpermuted",
+    }
 
     def __init__(
         self,

@@ -110,6 +110,11 @@ class TranslationTask(Task):
 
     name = "translation"
     splits = ("train", "test", "compound")
+    split_titles = {
+        "train": "in-distribution",
+        "test": "in-distribution, new sentences",
+        "compound": "held-out compounds",
+    }
 
     def __init__(
         self,

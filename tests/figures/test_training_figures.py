@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from latentlens.figures import decoding_curves, metric_curves, save_figure
+from latentlens.figures import decoding_curves, metric_curves, metric_curves_plotly, save_figure
 
 
 def write_run(path: Path, shift: float) -> Path:
@@ -33,10 +33,12 @@ def test_metric_curves_plot_each_split_and_run(tmp_path: Path) -> None:
         "vanilla": write_run(tmp_path / "a", 0.0),
         "hypernetwork": write_run(tmp_path / "b", 0.5),
     }
+    (runs["vanilla"] / "config.json").write_text(json.dumps({"task": {"name": "modular-icl"}}))
     figure = metric_curves(runs, metric="r2")
     axes = figure.axes
-    assert [ax.get_title() for ax in axes] == [
-        "in-distribution (train)", "out-of-distribution (ood)", "random control (control)",
+    assert [ax.get_title().replace("\n", " ") for ax in axes] == [
+        "training support (train)", "held-out module combinations (ood)",
+        "random unstructured control (control)",
     ]  # fmt: skip
     line = axes[1].lines[1]
     assert list(line.get_xdata()) == [10, 20, 30]
@@ -45,6 +47,29 @@ def test_metric_curves_plot_each_split_and_run(tmp_path: Path) -> None:
     assert axes[0].get_ylabel() == "R²" and axes[0].get_xlabel() == "training step"
     paths = save_figure(figure, tmp_path / "figs" / "curves", formats=("png", "svg"))
     assert all(p.is_file() and p.stat().st_size > 1000 for p in paths)
+
+
+def test_split_titles_come_from_the_runs_task(tmp_path: Path) -> None:
+    """``test`` is held-out combinations in fuzzy logic but new puzzles of the training
+    rules in SRAVEN: each panel says what its run's task holds there; without a config,
+    the bare split name."""
+    run = tmp_path / "sraven"
+    run.mkdir()
+    records = [{"step": 10, "split": s, "loss": 1.0, "accuracy": 0.5} for s in ("test", "ood")]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    (run / "config.json").write_text(json.dumps({"task": {"name": "sraven"}}))
+    titles = [ax.get_title().replace("\n", " ") for ax in metric_curves({"hyla": run}).axes]
+    assert titles == [
+        "in-distribution rules, new puzzles (test)",
+        "held-out rule combinations (ood)",
+    ]
+    plotly = metric_curves_plotly({"hyla": run})
+    assert [trace.name for trace in plotly.data] == [
+        "hyla, in-distribution rules, new puzzles (test)",
+        "hyla, held-out rule combinations (ood)",
+    ]
+    (run / "config.json").unlink()
+    assert [ax.get_title() for ax in metric_curves({"hyla": run}).axes] == ["test", "ood"]
 
 
 def test_decoding_curves_plot_every_site(tmp_path: Path) -> None:
