@@ -121,7 +121,8 @@ def code_embedding(
 
 def structure_scores(runs: Mapping[str, Mapping[str, Any]]) -> Figure:
     """Clustering (ARI, NMI) and topographic similarity (Spearman ρ, with its permutation
-    p-value) per run."""
+    p-value) per run. The axes span the scores' ranges (ρ in [-1, 1]; ARI down to its
+    lowest value when negative), so a score near 0 looks near 0."""
     if not runs:
         raise ValueError("structure_scores needs at least one run's results")
     labels = list(runs)
@@ -135,12 +136,17 @@ def structure_scores(runs: Mapping[str, Mapping[str, Any]]) -> Figure:
         ("agglomerative", "nmi", "agglomerative NMI"),
     ]
     width = 0.8 / len(bars)
+    lowest = 0.0
     for index, (method, score, name) in enumerate(bars):
         values = [_require(runs[k], "clustering")[method][score] for k in labels]
         left.bar(x + (index - 1.5) * width, values, width, label=name)
+        lowest = min(lowest, *values)
     left.set_xticks(x, labels)
     left.set_ylabel("agreement with the true rules")
-    left.set_ylim(0, 1)
+    if lowest < 0:  # ARI is negative for worse-than-chance agreement
+        left.axhline(0, color="k", linewidth=0.8)
+        lowest -= 0.05
+    left.set_ylim(lowest, 1)
     left.legend(frameon=False, fontsize="small", ncols=2)
     left.set_title("clustering of latent codes")
     topography = [_require(runs[k], "topography") for k in labels]
@@ -148,8 +154,9 @@ def structure_scores(runs: Mapping[str, Mapping[str, Any]]) -> Figure:
     right.bar(x, rho, color="C4")
     for i, t in enumerate(topography):
         note = "undefined:\nconstant codes" if t["rho"] is None else f"p={t['p_value']:.3g}"
-        right.annotate(note, (i, rho[i]), ha="center", va="bottom", fontsize=8)
+        right.annotate(note, (i, max(rho[i], 0.0)), ha="center", va="bottom", fontsize=8)
     right.axhline(0, color="k", linewidth=0.8)
+    right.set_ylim(-1, 1)
     right.set_xticks(x, labels)
     right.set_ylabel("Spearman ρ")
     right.set_title("topographic similarity")

@@ -98,6 +98,21 @@ def test_each_probe_figure_writes_png_svg_and_html(tmp_path: Path) -> None:
         tracked_heatmap([1, 2], np.ones((3, 4)), ["a"] * 4, "x")
 
 
+def test_structure_axes_span_the_scores_ranges_so_near_zero_looks_near_zero() -> None:
+    weak = fake_results()
+    weak["topography"] = {"rho": -0.016, "p_value": 0.93}
+    weak["clustering"]["kmeans"]["ari"] = -0.1
+    figure = structure_scores({"untrained": weak, "trained": fake_results()})
+    clustering, topography = figure.axes
+    assert topography.get_ylim() == (-1.0, 1.0)
+    assert [bar.get_height() for bar in topography.patches] == [-0.016, 0.3]
+    low, high = clustering.get_ylim()
+    assert low == pytest.approx(-0.15) and high == 1.0
+    assert clustering.patches[0].get_height() == -0.1
+    # Non-negative scores keep the axis at [0, 1].
+    assert structure_scores({"trained": fake_results()}).axes[0].get_ylim() == (0.0, 1.0)
+
+
 class _Sources(HTMLParser):
     def __init__(self) -> None:
         super().__init__()
