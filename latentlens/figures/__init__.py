@@ -12,7 +12,7 @@ from latentlens.figures.probes import (
 )
 from latentlens.figures.routing import fuse_weight_curves, load_fuse_weights, routing_evolution
 from latentlens.figures.save import figure_svg, save_figure, save_plotly
-from latentlens.figures.training import decoding_curves, metric_curves
+from latentlens.figures.training import decoding_curves, metric_curves, translation_quality_curves
 
 __all__ = [
     "code_embedding",
@@ -30,4 +30,5 @@ __all__ = [
     "save_plotly",
     "structure_scores",
     "tracked_heatmap",
+    "translation_quality_curves",
 ]

@@ -18,7 +18,11 @@ from latentlens.figures.probes import (
 )
 from latentlens.figures.routing import fuse_weight_curves, routing_evolution
 from latentlens.figures.save import save_figure, save_plotly
-from latentlens.figures.training import decoding_curves, metric_curves
+from latentlens.figures.training import (
+    decoding_curves,
+    metric_curves,
+    translation_quality_curves,
+)
 from latentlens.training.run_dir import RunDirectory, read_jsonl
 
 PROBE_RESULTS = Path("probes") / "results.json"
@@ -31,7 +35,8 @@ def _probe_results(run: Path) -> dict | None:
 
 def run_figures(run_dir: str | Path, formats: Sequence[str] = ("png", "svg")) -> dict[str, Path]:
     """Draw what ``run_dir`` holds: metric curves (always), decoding over training
-    (``tracking/latent_decoding.jsonl``), tracked activations (``tracking/*.safetensors``) and,
+    (``tracking/latent_decoding.jsonl``), CTER and BLEU over training
+    (``tracking/translation_quality.jsonl``), tracked activations (``tracking/*.safetensors``) and,
     after ``latentlens probe``, decoding per head, code embeddings (also interactive HTML),
     head ablations and structure scores. Returns ``{figure name: first file written}``."""
     run = Path(run_dir)
@@ -50,6 +55,8 @@ def run_figures(run_dir: str | Path, formats: Sequence[str] = ("png", "svg")) ->
     )
     if read_jsonl(directory.tracking / "latent_decoding.jsonl"):
         keep("decoding_over_training", decoding_curves({label: run}))
+    if read_jsonl(directory.tracking / "translation_quality.jsonl"):
+        keep("translation_quality", translation_quality_curves({label: run}))
     for path in sorted(directory.tracking.glob("*.safetensors")):
         # ActivationRecorder arrays: steps [n], values [n, ...]; rows = the first value axis
         # (e.g. heads of a mean pattern [head, query, key]), averaged over the others.

@@ -142,3 +142,41 @@ def decoding_curves(
         ax.legend(frameon=False, fontsize="small", title="solid: OOD, dashed: fit (ID)")
     axes[0].set_ylabel("decoding R² of z")
     return figure
+
+
+def translation_quality_curves(
+    runs: Mapping[str, str | Path], file_name: str = "translation_quality.jsonl"
+) -> Figure:
+    """Two panels, one colour per run, against the training step: CTER on the held-out
+    compounds (solid: instance, dashed: aggregate; lower is better) and BLEU (solid: the
+    compound set, dashed: the in-distribution test set), read from ``tracking/file_name``
+    (what :class:`~latentlens.probes.translation.TranslationQualityTracker` records)."""
+    if not runs:
+        raise ValueError("translation_quality_curves needs at least one run")
+    figure = Figure(figsize=(9.0, 3.4), layout="constrained")
+    cter, bleu = figure.subplots(1, 2)
+    panels = (
+        (cter, ("cter_instance", "cter_aggregate"), "CTER (lower is better)", 1.0,
+         "held-out compounds\nsolid: instance, dashed: aggregate"),
+        (bleu, ("bleu_compound", "bleu_test"), "BLEU", 100.0,
+         "solid: compound set, dashed: test set"),
+    )  # fmt: skip
+    for index, (label, path) in enumerate(runs.items()):
+        records = read_jsonl(RunDirectory(path).tracking / file_name)
+        if not records:
+            raise ValueError(
+                f"{path} has no tracking/{file_name}: a translation run records it while it "
+                "trains (latentlens train --task translation)"
+            )
+        steps = [r["step"] for r in records]
+        for ax, (solid, dashed), *_ in panels:
+            ax.plot(steps, [r[solid] for r in records], color=f"C{index}", label=label)
+            ax.plot(steps, [r[dashed] for r in records], color=f"C{index}", linestyle="--")
+    for ax, _, ylabel, top, title in panels:
+        ax.set_ylim(0, 1.03 * top)  # a score at its maximum stays visible above the frame
+        ax.set_ylabel(ylabel)
+        ax.set_xlabel("training step")
+        ax.grid(alpha=0.3)
+        ax.set_title(title, fontsize="medium")
+    cter.legend(frameon=False, fontsize="small")
+    return figure

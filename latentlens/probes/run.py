@@ -167,8 +167,13 @@ def probe_run(
     """Run the task's probes on a trained run and write ``probes/results.json``."""
     trainer = Trainer.load(run_dir, checkpoint, device)
     if trainer.model_kind != "transformer" and trainer.task_name != "modular-icl":
+        problem = f"latentlens probe has no protocol for the {trainer.model_kind} model on "
+        if trainer.task_name != "translation":
+            raise ValueError(problem + trainer.task_name)
         raise ValueError(
-            f"no probe protocol for a {trainer.model_kind} model on {trainer.task_name}"
+            problem + "translation: its analysis is recorded while it trains (fuse weights "
+            "and routing in RUN/tracking/*.safetensors, CTER and BLEU in "
+            "RUN/tracking/translation_quality.jsonl); draw it with: latentlens figures RUN"
         )
     protocol, stages = PROTOCOLS[trainer.task_name]
     bar = tqdm(total=stages, desc=f"probe {Path(run_dir).name}", disable=quiet, leave=False)

@@ -7,7 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from latentlens.figures import decoding_curves, metric_curves, metric_curves_plotly, save_figure
+from latentlens.figures import (
+    decoding_curves,
+    metric_curves,
+    metric_curves_plotly,
+    save_figure,
+    translation_quality_curves,
+)
 
 
 def write_run(path: Path, shift: float) -> Path:
@@ -102,3 +108,31 @@ def test_values_beyond_ylim_are_marked_on_the_edge_not_hidden(tmp_path: Path) ->
     assert "values outside [-1, 1]" in figure.get_supxlabel()
     unclipped = metric_curves({"x": write_run(tmp_path / "b", 0.0)}, ylim=(-1.0, 1.0))
     assert len(unclipped.axes[0].lines) == 1 and unclipped.get_supxlabel() == ""
+
+
+def test_translation_quality_curves_plot_cter_and_bleu_of_each_run(tmp_path: Path) -> None:
+    runs = {}
+    for index, label in enumerate(("baseline", "fusion")):
+        tracking = tmp_path / label / "tracking"
+        tracking.mkdir(parents=True)
+        records = [
+            {"step": step, "cter_instance": 0.5 - index / 10, "cter_aggregate": 0.9,
+             "bleu_compound": 40.0 + step, "bleu_test": 80.0 + index}
+            for step in (10, 20)
+        ]  # fmt: skip
+        lines = "".join(json.dumps(r) + "\n" for r in records)
+        (tracking / "translation_quality.jsonl").write_text(lines)
+        runs[label] = tmp_path / label
+    cter, bleu = translation_quality_curves(runs).axes
+    assert cter.get_ylim() == pytest.approx((0.0, 1.03))
+    assert bleu.get_ylim() == pytest.approx((0.0, 103.0))
+    # per run: the solid line (instance / compound), then the dashed one (aggregate / test)
+    assert [list(line.get_ydata()) for line in cter.lines] == [
+        [0.5, 0.5], [0.9, 0.9], [0.4, 0.4], [0.9, 0.9],
+    ]  # fmt: skip
+    assert list(bleu.lines[0].get_ydata()) == [50.0, 60.0]
+    assert list(bleu.lines[3].get_ydata()) == [81.0, 81.0]
+    assert [line.get_linestyle() for line in bleu.lines[:2]] == ["-", "--"]
+    assert [t.get_text() for t in cter.get_legend().get_texts()] == ["baseline", "fusion"]
+    with pytest.raises(ValueError, match="no tracking/translation_quality.jsonl"):
+        translation_quality_curves({"empty": tmp_path / "nothing"})

@@ -121,7 +121,10 @@ def test_train_command_with_fusion_and_gca_tracks_routing(tmp_path: Path) -> Non
     figures = run_cli("figures", str(run), "--formats", "png")
     assert figures.returncode == 0, figures.stderr
     written = {p.stem for p in (run / "figures").glob("*.png")}
-    assert {"fuse_weights", "fuse_weights_heatmap", "routing"} <= written, written
+    assert {"fuse_weights", "fuse_weights_heatmap", "routing", "translation_quality"} <= written
+    probe = run_cli("probe", str(run), "--quiet", "--device", "cpu")
+    assert probe.returncode == 2
+    assert "recorded while it trains" in probe.stderr and "latentlens figures" in probe.stderr
 
 
 def test_fuse_and_connection_flags_are_checked(tmp_path: Path) -> None:
