@@ -92,6 +92,22 @@ def _maybe(value: float | None) -> float | str:
     return "undefined" if value is None else value
 
 
+def constant_code_note(names: list[str]) -> str:
+    """Why the variants ``names``, whose codes came out the same for every task (topographic
+    ρ undefined), show nothing to decode; empty when there are none."""
+    if not names:
+        return ""
+    which = " and ".join(names)
+    return (
+        f"{which}: the codes a[:, T−1, T−1] are identical for every task, so neither the "
+        "decoder nor the structure scores can read the terms from them. The code of a token "
+        "on itself depends on the other tokens only where the normalisation mixes in the "
+        "other keys (softmax over keys does; linear attention and RMSHead, which normalises "
+        "across heads, do not); without softmax it varies with the task only through that "
+        "token's own residual stream, which in this run carries no task into any layer's code."
+    )
+
+
 def _final(run: Path) -> dict[str, float]:
     records = RunDirectory(run).read_metrics()
     last = records[-1]["step"]
@@ -192,12 +208,14 @@ def _sections(runs, results, figures, curves, structure, size, wall, size_name, 
             "p": _maybe(probe["topography"]["p_value"]),
         })  # fmt: skip
     best = max(table, key=lambda row: row["test R² (new combinations)"])
+    constant = [row["attention"] for row in table if row["topographic ρ"] == "undefined"]
     outcome = Section(
         "What came out",
         [
             f"Best on new combinations of seen terms: {best['attention']} "
             f"(test R² {best['test R² (new combinations)']:.3f}). Decoding R² is to be read "
             "against the shuffled-label control beside it (chance is 0).",
+            *filter(None, [constant_code_note(constant)]),
         ],
         table=table,
         figures=[(curves, "R² over training per split (y-axis clipped to [-1, 1])"),

@@ -53,3 +53,13 @@ def test_probe_and_figures_commands_on_a_sraven_run(tmp_path: Path, capsys) -> N
     assert (run / "figures" / "decoding_by_head.png").is_file()
     assert main(["figures", str(run), "--formats", "gif"]) == 2
     assert main(["probe", str(tmp_path / "missing")]) == 2
+
+
+def test_the_demo_report_explains_codes_that_are_the_same_for_every_task() -> None:
+    from latentlens.demo import constant_code_note
+
+    assert constant_code_note([]) == ""
+    note = constant_code_note(["HYLA"])
+    assert note.startswith("HYLA: the codes a[:, T−1, T−1] are identical for every task")
+    assert "RMSHead" in note and "residual stream" in note
+    assert constant_code_note(["linear attention", "HYLA"]).startswith("linear attention and HYLA:")
