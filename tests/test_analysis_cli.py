@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from latentlens.cli import main
+from latentlens.tasks import RULE_NAMES
 
 
 def latentlens(*args: str) -> subprocess.CompletedProcess:
@@ -49,6 +50,8 @@ def test_probe_and_figures_commands_on_a_sraven_run(tmp_path: Path, capsys) -> N
     assert "decoding (accuracy" in printed and "topographic similarity" in printed
     results = json.loads((run / "probes" / "results.json").read_text())
     assert results["task"] == "sraven" and "rule_swaps" in results
+    embedding = results["embedding"]
+    assert embedding["label_order"] == [r for r in RULE_NAMES if r in set(embedding["label"])]
     assert main(["figures", str(run), "--formats", "png"]) == 0
     assert (run / "figures" / "decoding_by_head.png").is_file()
     assert main(["figures", str(run), "--formats", "gif"]) == 2

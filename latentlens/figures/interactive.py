@@ -8,6 +8,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
+from latentlens.figures.probes import legend_order
 from latentlens.figures.training import METRIC_LABELS, default_metric, split_title, split_titles
 from latentlens.training.run_dir import RunDirectory
 
@@ -19,7 +20,7 @@ def code_embedding_plotly(results: Mapping[str, Any], title: str = "") -> go.Fig
         raise ValueError("the probe results have no 'embedding'; run `latentlens probe` first")
     data = results["embedding"]
     figure = go.Figure()
-    names = list(dict.fromkeys(data["label"]))
+    names = legend_order(data)
     for name in names:
         for is_ood in (False, True):
             rows = [

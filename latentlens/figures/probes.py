@@ -38,6 +38,14 @@ def _annotated_heatmap(ax, grid: np.ndarray, cmap: str, vmin: float, vmax: float
     return image
 
 
+def legend_order(embedding: Mapping[str, Any]) -> list[str]:
+    """The labels of an embedding in the order its probe gives (``label_order``: rule
+    order, or numeric), else in order of first appearance (results written before it)."""
+    present = dict.fromkeys(embedding["label"])
+    order = [name for name in embedding.get("label_order", []) if name in present]
+    return order + [name for name in present if name not in order]
+
+
 def decoding_by_head(results: Mapping[str, Any], title: str = "") -> Figure:
     """Left: the decoder's held-out score from each head alone (layer x head). Right: per
     layer, every head together, the drop when one head is left out, beside chance and
@@ -91,7 +99,7 @@ def code_embedding(
     figure = Figure(figsize=(6.4, 4.8), layout="constrained")
     ax = figure.subplots()
     x, y = np.array(data["x"]), np.array(data["y"])
-    names = list(dict.fromkeys(labels.tolist()))
+    names = legend_order(data)
     many = len(names) > 10
     for index, name in enumerate(names):
         chosen = labels == name

@@ -49,16 +49,19 @@ def read_probe_results(run_dir: str | Path) -> dict[str, Any]:
 
 
 def _embedding(sets: list[CodeSet], method: str, names: list[str] | None) -> dict[str, Any]:
-    """2-D embedding of the last layer's codes of every set, with label and split."""
+    """2-D embedding of the last layer's codes of every set, with label and split, and the
+    labels in their natural order (``names``' or numeric) for legends."""
     codes = torch.cat([s.codes[:, -1].reshape(len(s), -1) for s in sets])
     points = embed_codes(codes, method)
     labels = torch.cat([s.groups for s in sets]).tolist()
+    order = sorted(set(labels))
     return {
         "method": method,
         "layer": int(sets[0].codes.shape[1] - 1),
         "x": points[:, 0].tolist(),
         "y": points[:, 1].tolist(),
         "label": [names[i] if names else str(i) for i in labels],
+        "label_order": [names[i] if names else str(i) for i in order],
         "split": [s.split for s in sets for _ in range(len(s))],
     }
 

@@ -98,6 +98,22 @@ def test_each_probe_figure_writes_png_svg_and_html(tmp_path: Path) -> None:
         tracked_heatmap([1, 2], np.ones((3, 4)), ["a"] * 4, "x")
 
 
+def test_embedding_legends_follow_the_probes_label_order() -> None:
+    results = fake_results()
+    order = ["subtraction", "progression+1", "constant", "addition"]  # not first appearance
+    results["embedding"]["label_order"] = order
+    legend = [t.get_text() for t in code_embedding(results).axes[0].get_legend().get_texts()]
+    # absent labels (progression+1) are skipped; "out-of-distribution" marks the crosses
+    assert legend == ["subtraction", "constant", "addition", "out-of-distribution"]
+    traces = [trace.name for trace in code_embedding_plotly(results).data]
+    assert traces == ["subtraction", "subtraction (OOD)", "constant", "constant (OOD)",
+                      "addition", "addition (OOD)"]  # fmt: skip
+    # results written before label_order existed: order of first appearance
+    results["embedding"]["label"] = ["b", "a", "b"] * 20
+    del results["embedding"]["label_order"]
+    assert [t.name for t in code_embedding_plotly(results).data][::2] == ["b", "a"]
+
+
 def test_structure_axes_span_the_scores_ranges_so_near_zero_looks_near_zero() -> None:
     weak = fake_results()
     weak["topography"] = {"rho": -0.016, "p_value": 0.93}
