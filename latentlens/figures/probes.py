@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -165,7 +166,7 @@ def structure_scores(runs: Mapping[str, Mapping[str, Any]]) -> Figure:
         right.annotate(note, (i, max(rho[i], 0.0)), ha="center", va="bottom", fontsize=8)
     right.axhline(0, color="k", linewidth=0.8)
     right.set_ylim(-1, 1)
-    right.set_xticks(x, labels)
+    right.set_xticks(x, [textwrap.fill(label, 10) for label in labels])  # a narrow panel
     right.set_ylabel("Spearman ρ")
     right.set_title("topographic similarity")
     return figure
