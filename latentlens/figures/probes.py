@@ -31,7 +31,10 @@ def _annotated_heatmap(ax, grid: np.ndarray, cmap: str, vmin: float, vmax: float
     image = ax.imshow(grid, cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto")
     for (i, j), value in np.ndenumerate(grid):
         if np.isfinite(value):
-            ax.text(j, i, format(value, fmt), ha="center", va="center", fontsize=7)
+            red, green, blue, _ = image.cmap(image.norm(value))
+            dark = 0.299 * red + 0.587 * green + 0.114 * blue < 0.5  # perceived luminance
+            ax.text(j, i, format(value, fmt), ha="center", va="center", fontsize=7,
+                    color="white" if dark else "black")  # fmt: skip
     ax.set_xticks(range(grid.shape[1]))
     ax.set_yticks(range(grid.shape[0]))
     ax.set_xlabel("head")
@@ -79,6 +82,13 @@ def decoding_by_head(results: Mapping[str, Any], title: str = "") -> Figure:
     right.plot(x, [r["chance"] for r in per_layer], "k_", markersize=28, label="chance")
     right.plot(x, [r["shuffled"] for r in per_layer], "r_", markersize=28, label="shuffled labels")
     right.set_xticks(x, [f"layer {layer}" for layer in layers])
+    # The score's own range (up to 1, down to the lowest value shown when negative), so a
+    # score near 0 looks near 0 rather than filling the panel.
+    shown = [r[k] for r in per_layer for k in ("test", "chance", "shuffled")] + worst
+    lowest = min(0.0, float(np.nanmin(shown)))
+    if lowest < 0:
+        right.axhline(0, color="k", linewidth=0.8)
+    right.set_ylim(lowest - 0.05 if lowest < 0 else 0.0, 1.0)
     right.set_ylabel(f"held-out {label}")
     right.set_title("all heads, and without one")
     right.legend(frameon=False, fontsize="small")

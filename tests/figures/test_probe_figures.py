@@ -114,6 +114,22 @@ def test_embedding_legends_follow_the_probes_label_order() -> None:
     assert [t.name for t in code_embedding_plotly(results).data][::2] == ["b", "a"]
 
 
+def test_decoding_axes_show_a_null_result_as_near_zero_with_readable_cells() -> None:
+    results = fake_results()
+    for row in results["decoding"]:  # codes that carry nothing: R² a hair below 0
+        row.update(metric="r2", test=-0.002, chance=0.0, shuffled=-0.002)
+    bars = decoding_by_head(results).axes[1]  # heads, layers, then the colour bar
+    low, high = bars.get_ylim()
+    assert low == pytest.approx(-0.052) and high == 1.0
+    # dark cells get white numbers, light cells black ones
+    results["decoding"][2]["test"] = 0.95  # layer 0, head 0 alone: yellow in viridis
+    heat = decoding_by_head(results).axes[0]
+    colours = {text.get_text(): text.get_color() for text in heat.texts}
+    assert colours["0.95"] == "black" and colours["-0.00"] == "white"
+    accuracy = decoding_by_head(fake_results()).axes[1]
+    assert accuracy.get_ylim() == (0.0, 1.0)
+
+
 def test_structure_axes_span_the_scores_ranges_so_near_zero_looks_near_zero() -> None:
     weak = fake_results()
     weak["topography"] = {"rho": -0.016, "p_value": 0.93}
