@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -231,6 +232,7 @@ def run_train(args: argparse.Namespace) -> int:
         if one.dist.is_main:
             print(f"run directory: {one.run_dir.path}")
             print_table(records)
+    print_seed_summary([records for _, records in finished])
     return 0
 
 
@@ -275,6 +277,26 @@ def run_eval(args: argparse.Namespace) -> int:
     print(f"run {trainer.run_dir.path}, checkpoint step {step}")
     print_table(records)
     return 0
+
+
+def print_seed_summary(runs: list[list[dict[str, Any]]]) -> None:
+    """Each split's final metrics as mean ± sample standard deviation over the seeds' runs
+    (``runs``: each run's final evaluation records; none where a resumed run had no steps
+    left, and then there is nothing to summarise)."""
+    if len(runs) < 2 or not all(runs):
+        return
+    splits = [record["split"] for record in runs[0]]
+    names = [k for k in runs[0][0] if k not in ("step", "split")]
+    width = max(len("split"), *map(len, splits)) + 2
+    print(f"mean ± std over {len(runs)} seeds")
+    print(f"{'split':<{width}}" + "".join(f"{n:>22}" for n in names))
+    by_split = [{record["split"]: record for record in records} for records in runs]
+    for split in splits:
+        cells = []
+        for name in names:
+            values = [records[split][name] for records in by_split]
+            cells.append(f"{statistics.mean(values):.4f} ± {statistics.stdev(values):.4f}")
+        print(f"{split:<{width}}" + "".join(f"{cell:>22}" for cell in cells))
 
 
 def print_table(records: list[dict[str, Any]]) -> None:

@@ -54,3 +54,23 @@ def test_metrics_table_columns_line_up_with_long_split_names(capsys) -> None:
     assert header.split() == ["split", "loss", "accuracy"]
     assert rows[1].split() == ["ood_unpermuted", "12.1250", "1.0000"]
     assert header.index("loss") + len("loss") == rows[1].index("12.1250") + len("12.1250")
+
+
+def test_seed_summary_gives_mean_and_sample_std_per_split(capsys) -> None:
+    from latentlens.cli_training import print_seed_summary
+
+    runs = [
+        [{"step": 9, "split": "train", "loss": 1.0, "r2": 0.5},
+         {"step": 9, "split": "ood", "loss": 3.0, "r2": -0.25}],
+        [{"step": 9, "split": "ood", "loss": 5.0, "r2": 0.25},  # order of splits differs
+         {"step": 9, "split": "train", "loss": 2.0, "r2": 0.75}],
+    ]  # fmt: skip
+    print_seed_summary(runs)
+    title, header, train, ood = capsys.readouterr().out.splitlines()
+    assert title == "mean ± std over 2 seeds" and header.split() == ["split", "loss", "r2"]
+    # sample std of two values a, b is |a - b| / sqrt(2)
+    assert train.split() == ["train", "1.5000", "±", "0.7071", "0.6250", "±", "0.1768"]
+    assert ood.split() == ["ood", "4.0000", "±", "1.4142", "0.0000", "±", "0.3536"]
+    print_seed_summary(runs[:1])  # one seed: no spread to give
+    print_seed_summary([runs[0], []])  # a resumed run that had no steps left
+    assert capsys.readouterr().out == ""

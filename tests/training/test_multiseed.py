@@ -179,6 +179,7 @@ def test_the_cli_trains_and_resumes_seeds_together(tmp_path: Path, capsys) -> No
         assert run.read_config()["train"]["seed"] == seed
         assert {r["step"] for r in run.read_metrics()} == {10, 20}
         assert f"run directory: {run.path}" in out
+    assert "mean ± std over 2 seeds" in out
     assert main(["train", "--resume", f"{base}-s0", f"{base}-s5", "--device", "cpu"]) == 0
     assert main(["train", *flags, "--seeds", "1", "2", "--seed", "3"]) == 2
     assert "drop --seed" in capsys.readouterr().err
