@@ -285,25 +285,27 @@ def print_seed_summary(runs: list[list[dict[str, Any]]]) -> None:
     left, and then there is nothing to summarise)."""
     if len(runs) < 2 or not all(runs):
         return
-    splits = [record["split"] for record in runs[0]]
     names = [k for k in runs[0][0] if k not in ("step", "split")]
-    width = max(len("split"), *map(len, splits)) + 2
-    print(f"mean ± std over {len(runs)} seeds")
-    print(f"{'split':<{width}}" + "".join(f"{n:>22}" for n in names))
     by_split = [{record["split"]: record for record in records} for records in runs]
-    for split in splits:
-        cells = []
-        for name in names:
-            values = [records[split][name] for records in by_split]
-            cells.append(f"{statistics.mean(values):.4f} ± {statistics.stdev(values):.4f}")
-        print(f"{split:<{width}}" + "".join(f"{cell:>22}" for cell in cells))
+    rows = {}
+    for split in by_split[0]:
+        cells = [[records[split][name] for records in by_split] for name in names]
+        rows[split] = [f"{statistics.mean(v):.4f} ± {statistics.stdev(v):.4f}" for v in cells]
+    print(f"mean ± std over {len(runs)} seeds")
+    _print_split_rows(names, rows, 22)
 
 
 def print_table(records: list[dict[str, Any]]) -> None:
     if not records:
         return
     names = [k for k in records[0] if k not in ("step", "split")]
-    width = max(len("split"), *(len(record["split"]) for record in records)) + 2
-    print(f"{'split':<{width}}" + "".join(f"{n:>18}" for n in names))
-    for record in records:
-        print(f"{record['split']:<{width}}" + "".join(f"{record[n]:>18.4f}" for n in names))
+    rows = {record["split"]: [f"{record[n]:.4f}" for n in names] for record in records}
+    _print_split_rows(names, rows, 18)
+
+
+def _print_split_rows(names: list[str], rows: dict[str, list[str]], cell_width: int) -> None:
+    """A table with a split column as wide as its longest name, then right-aligned cells."""
+    width = max(len("split"), *map(len, rows)) + 2
+    print(f"{'split':<{width}}" + "".join(f"{n:>{cell_width}}" for n in names))
+    for split, cells in rows.items():
+        print(f"{split:<{width}}" + "".join(f"{cell:>{cell_width}}" for cell in cells))

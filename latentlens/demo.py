@@ -208,7 +208,7 @@ def _sections(runs, results, figures, curves, structure, size, wall, size_name, 
             "p": _maybe(probe["topography"]["p_value"]),
         })  # fmt: skip
     best = max(table, key=lambda row: row["test R² (new combinations)"])
-    constant = [row["attention"] for row in table if row["topographic ρ"] == "undefined"]
+    constant = [VARIANT_NAMES[v] for v in runs if results[v]["topography"]["rho"] is None]
     outcome = Section(
         "What came out",
         [

@@ -42,6 +42,15 @@ def _annotated_heatmap(ax, grid: np.ndarray, cmap: str, vmin: float, vmax: float
     return image
 
 
+def _score_axis(ax, values: Sequence[float]) -> None:
+    """Span a score's own range on ``ax``'s y-axis: up to 1, and below 0 (with a zero line)
+    only as far as the lowest of ``values`` goes, so a score near 0 looks near 0."""
+    lowest = min(0.0, float(np.nanmin(values)))
+    if lowest < 0:
+        ax.axhline(0, color="k", linewidth=0.8)
+    ax.set_ylim(lowest - 0.05 if lowest < 0 else 0.0, 1.0)
+
+
 def legend_order(embedding: Mapping[str, Any]) -> list[str]:
     """The labels of an embedding in the order its probe gives (``label_order``: rule
     order, or numeric), else in order of first appearance (results written before it)."""
@@ -82,13 +91,7 @@ def decoding_by_head(results: Mapping[str, Any], title: str = "") -> Figure:
     right.plot(x, [r["chance"] for r in per_layer], "k_", markersize=28, label="chance")
     right.plot(x, [r["shuffled"] for r in per_layer], "r_", markersize=28, label="shuffled labels")
     right.set_xticks(x, [f"layer {layer}" for layer in layers])
-    # The score's own range (up to 1, down to the lowest value shown when negative), so a
-    # score near 0 looks near 0 rather than filling the panel.
-    shown = [r[k] for r in per_layer for k in ("test", "chance", "shuffled")] + worst
-    lowest = min(0.0, float(np.nanmin(shown)))
-    if lowest < 0:
-        right.axhline(0, color="k", linewidth=0.8)
-    right.set_ylim(lowest - 0.05 if lowest < 0 else 0.0, 1.0)
+    _score_axis(right, [r[k] for r in per_layer for k in ("test", "chance", "shuffled")] + worst)
     right.set_ylabel(f"held-out {label}")
     right.set_title("all heads, and without one")
     right.legend(frameon=False, fontsize="small")
@@ -155,17 +158,14 @@ def structure_scores(runs: Mapping[str, Mapping[str, Any]]) -> Figure:
         ("agglomerative", "nmi", "agglomerative NMI"),
     ]
     width = 0.8 / len(bars)
-    lowest = 0.0
+    scores = []
     for index, (method, score, name) in enumerate(bars):
         values = [_require(runs[k], "clustering")[method][score] for k in labels]
         left.bar(x + (index - 1.5) * width, values, width, label=name)
-        lowest = min(lowest, *values)
+        scores += values
     left.set_xticks(x, labels)
     left.set_ylabel("agreement with the true rules")
-    if lowest < 0:  # ARI is negative for worse-than-chance agreement
-        left.axhline(0, color="k", linewidth=0.8)
-        lowest -= 0.05
-    left.set_ylim(lowest, 1)
+    _score_axis(left, scores)  # ARI is negative for worse-than-chance agreement
     left.legend(frameon=False, fontsize="small", ncols=2)
     left.set_title("clustering of latent codes")
     topography = [_require(runs[k], "topography") for k in labels]
