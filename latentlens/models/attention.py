@@ -112,12 +112,15 @@ class Attention(nn.Module):
             kv: keys' and values' stream ``[batch, key_pos, d_kv_input]``; ``None`` for
                 self-attention.
             key_mask: ``[batch, key_pos]`` bool, False for keys to ignore (padding).
-            query_start: position of ``x``'s first query among the keys, for the relative
-                position bias and the causal mask: self-attention of a trailing slice of
-                the stream is ``attn(stream[:, s:], kv=stream, query_start=s)``.
+            query_start: position of the first query among the keys, for the relative
+                position bias and the causal mask. In self-attention (``kv`` None) the
+                queries are then ``x[:, query_start:]``, answered by every position of
+                ``x``: ``attn(stream, query_start=s)`` equals ``attn(stream)[:, s:]``, and
+                so does ``attn(stream[:, s:], kv=stream, query_start=s)``.
 
         Returns:
-            ``[batch, query_pos, d_model]``.
+            ``[batch, query_pos, d_model]`` (``query_pos - query_start`` positions in
+            self-attention).
         """
         cfg = self.cfg
         check_input("x", x, (None, None, cfg.d_model), "[batch, query_pos, d_model]")
@@ -127,17 +130,22 @@ class Attention(nn.Module):
                     "this attention layer is cross-attention (d_kv_input="
                     f"{cfg.d_kv_input}): pass kv of shape [batch, key_pos, {cfg.d_kv_input}]"
                 )
-            kv = x
+            if not 0 <= query_start < x.shape[1]:
+                raise ValueError(
+                    f"query_start={query_start} leaves no query of the {x.shape[1]} "
+                    f"positions; it must lie in [0, {x.shape[1] - 1}]"
+                )
+            q, k, v = self._project(x, x, query_start)
         else:
             check_input("kv", kv, (x.shape[0], None, cfg.kv_width), "[batch, key_pos, d_kv]")
-        batch, q_len, k_len = x.shape[0], x.shape[1], kv.shape[1]
-        if query_start and not 0 < query_start <= k_len - q_len:
-            raise ValueError(
-                f"query_start={query_start} puts the {q_len} queries outside the {k_len} key "
-                f"positions; it must lie in [0, {k_len - q_len}]"
-            )
-
-        q, k, v = self._project(x, kv)
+            if query_start and not 0 < query_start <= kv.shape[1] - x.shape[1]:
+                raise ValueError(
+                    f"query_start={query_start} puts the {x.shape[1]} queries outside the "
+                    f"{kv.shape[1]} key positions; it must lie in "
+                    f"[0, {kv.shape[1] - x.shape[1]}]"
+                )
+            q, k, v = self._project(x, kv)
+        batch, q_len, k_len = q.shape[0], q.shape[1], k.shape[1]
         q, k, v = self.hook_q(q), self.hook_k(k), self.hook_v(v)
 
         # Scaling q ([.., d_head] per head) costs less than scaling the [.., key] scores.
@@ -166,22 +174,27 @@ class Attention(nn.Module):
         return torch.einsum("bqhd,hdm->bqm", z, self.W_O) + self.b_O
 
     def _project(
-        self, x: torch.Tensor, kv: torch.Tensor
+        self, x: torch.Tensor, kv: torch.Tensor, query_start: int = 0
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """q ``[batch, query_pos, head, d_head]``, k and v ``[batch, key_pos, head, d]``.
+        """q ``[batch, query_pos, head, d_head]``, k and v ``[batch, key_pos, head, d]``;
+        in self-attention q holds ``x``'s positions from ``query_start`` on.
 
         Projections of the same stream run as one matmul on their concatenated weights (q,
-        k and v in self-attention; k and v in cross-attention): fewer, wider kernels, each
-        output element the same dot product (up to float summation order). Each result is
-        its own contiguous tensor, as a separate projection's would be.
+        k and v in self-attention, where the queries of a trailing slice are projected with
+        the keys and sliced after, one matmul being cheaper than a second launch; k and v
+        in cross-attention): fewer, wider kernels, each output element the same dot
+        product (up to float summation order). Each result is its own contiguous tensor,
+        as a separate projection's would be.
         """
         weights, biases = [self.W_K, self.W_V], [self.b_K, self.b_V]
         if kv is x:
             weights, biases = [self.W_Q, *weights], [self.b_Q, *biases]
         fused = torch.einsum("bpm,hmd->bphd", kv, torch.cat(weights, -1)) + torch.cat(biases, -1)
-        parts = [t.contiguous() for t in fused.split([w.shape[-1] for w in weights], -1)]
+        parts = fused.split([w.shape[-1] for w in weights], -1)
         if kv is x:
-            return parts[0], parts[1], parts[2]
+            q, k, v = parts[0][:, query_start:], parts[1], parts[2]
+            return q.contiguous(), k.contiguous(), v.contiguous()
+        parts = [t.contiguous() for t in parts]
         q = torch.einsum("bpm,hmd->bphd", x, self.W_Q) + self.b_Q
         return q, parts[0], parts[1]
 

@@ -81,7 +81,7 @@ class TransformerBlock(nn.Module):
         else:
             start = resid.shape[1] - last_positions
             resid = resid[:, start:]
-            attn_out = self.attn(normed[:, start:], kv=normed, key_mask=key_mask, query_start=start)
+            attn_out = self.attn(normed, key_mask=key_mask, query_start=start)
         resid = self.hook_resid_mid(resid + self.hook_attn_out(attn_out))
         return self.hook_resid_post(resid + self.hook_mlp_out(self.mlp(self.ln2(resid))))
 

@@ -45,7 +45,8 @@ def test_fast_path_equals_per_pair_hypernetwork(variant: str, causal: bool) -> N
 @pytest.mark.parametrize("variant", ["softmax", "hyla", "linear"])
 @pytest.mark.parametrize("causal", [False, True])
 def test_trailing_queries_equal_the_reference_rows(variant: str, causal: bool) -> None:
-    """Self-attention of the last queries alone (``query_start``) gives the per-pair
+    """Self-attention of the last queries alone (``query_start``, the queries given apart
+    from the keys or sliced from the stream after its fused projection) gives the per-pair
     reference's rows of those queries: their relative bias and causal mask are those of
     their own positions."""
     attn = random_attention(
@@ -56,8 +57,13 @@ def test_trailing_queries_equal_the_reference_rows(variant: str, causal: bool) -
     for start in (1, 5, 6):
         out = attn(x[:, start:], kv=x, query_start=start)
         assert relative_error(out, slow_out[:, start:]) < 1e-10, start
+        sliced = attn(x, query_start=start)
+        assert sliced.shape == (2, 7 - start, 6)
+        assert relative_error(sliced, slow_out[:, start:]) < 1e-10, start
     with pytest.raises(ValueError, match=r"query_start=6 puts the 2 queries outside"):
         attn(x[:, 5:], kv=x, query_start=6)
+    with pytest.raises(ValueError, match=r"query_start=7 leaves no query of the 7"):
+        attn(x, query_start=7)
 
 
 @pytest.mark.parametrize("variant", ["softmax", "hyla", "linear_rms_head"])
