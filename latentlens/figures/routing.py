@@ -10,6 +10,7 @@ import numpy as np
 from matplotlib.figure import Figure
 from safetensors.torch import load_file
 
+from latentlens.figures.axes import step_axis
 from latentlens.training.run_dir import RunDirectory
 
 _FUSE = re.compile(r"^(encoder|decoder)\.blocks\.(\d+)\.fuse\.hook_pattern\.safetensors$")
@@ -57,6 +58,7 @@ def fuse_weight_curves(run_dir: str | Path, heatmaps: bool = False) -> Figure:
                 ax.set_yticks(range(sources), [_source_name(i) for i in range(sources)])
                 ticks = np.linspace(0, len(steps) - 1, min(len(steps), 4)).round().astype(int)
                 ax.set_xticks(ticks, [str(steps[i]) for i in ticks])
+                ax.set_xlabel("training step")
             else:
                 for source in range(sources):
                     ax.plot(steps, values[:, source], label=_source_name(source))
@@ -64,8 +66,8 @@ def fuse_weight_curves(run_dir: str | Path, heatmaps: bool = False) -> Figure:
                 ax.set_ylim(0, 1)
                 ax.legend(frameon=False, fontsize="x-small")
                 ax.grid(alpha=0.3)
+                step_axis(ax)
             ax.set_title(f"{side} layer {layer}")
-            ax.set_xlabel("training step")
         axes[row, 0].set_ylabel("source layer" if heatmaps else "mean fuse weight")
     if heatmaps:
         figure.colorbar(image, ax=axes, label="mean fuse weight", shrink=0.8)
@@ -99,7 +101,7 @@ def routing_evolution(run_dir: str | Path) -> Figure:
         for i in range(enc):
             right.plot(steps, values[:, j, i], color=f"C{j}", linestyle=styles[i % len(styles)],
                        label=f"decoder {j} <- encoder {i}")  # fmt: skip
-    right.set_xlabel("training step")
+    step_axis(right)
     right.set_ylabel("share of the memory")
     right.set_ylim(0, 1)
     right.grid(alpha=0.3)

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
+from latentlens.figures.axes import step_axis
 from latentlens.tasks import TASKS
 from latentlens.training.run_dir import RunDirectory, read_jsonl
 
@@ -94,7 +95,7 @@ def metric_curves(
                             color=line.get_color(), clip_on=False, zorder=3)  # fmt: skip
                     clipped = True
         ax.set_title(textwrap.fill(split_title(split, titles), 34), fontsize="medium")
-        ax.set_xlabel("training step")
+        step_axis(ax)
         ax.grid(alpha=0.3)
         if ylim is not None:
             ax.set_ylim(*ylim)
@@ -137,7 +138,7 @@ def decoding_curves(
             ax.plot(steps, [r["r2_ood"] for r in rows], color=color, label=_site_label(site))
             ax.plot(steps, [r["r2_fit"] for r in rows], color=color, linestyle="--", alpha=0.6)
         ax.set_title(label)
-        ax.set_xlabel("training step")
+        step_axis(ax)
         ax.grid(alpha=0.3)
         ax.legend(frameon=False, fontsize="small", title="solid: OOD, dashed: fit (ID)")
     axes[0].set_ylabel("decoding R² of z")
@@ -175,7 +176,7 @@ def translation_quality_curves(
     for ax, _, ylabel, top, title in panels:
         ax.set_ylim(0, 1.03 * top)  # a score at its maximum stays visible above the frame
         ax.set_ylabel(ylabel)
-        ax.set_xlabel("training step")
+        step_axis(ax)
         ax.grid(alpha=0.3)
         ax.set_title(title, fontsize="medium")
     cter.legend(frameon=False, fontsize="small")

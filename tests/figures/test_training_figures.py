@@ -16,11 +16,11 @@ from latentlens.figures import (
 )
 
 
-def write_run(path: Path, shift: float) -> Path:
+def write_run(path: Path, shift: float, steps: tuple[int, ...] = (10, 20, 30)) -> Path:
     (path / "tracking").mkdir(parents=True)
     metrics = [
         {"step": step, "split": split, "loss": 1.0, "r2": shift + step / 100}
-        for step in (10, 20, 30)
+        for step in steps
         for split in ("train", "ood", "control")
     ]
     (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in metrics))
@@ -136,3 +136,13 @@ def test_translation_quality_curves_plot_cter_and_bleu_of_each_run(tmp_path: Pat
     assert [t.get_text() for t in cter.get_legend().get_texts()] == ["baseline", "fusion"]
     with pytest.raises(ValueError, match="no tracking/translation_quality.jsonl"):
         translation_quality_curves({"empty": tmp_path / "nothing"})
+
+
+def test_step_axes_tick_whole_steps_only(tmp_path: Path) -> None:
+    """A short run's few evaluations (steps 1, 2, 3) would otherwise be ticked at 1.25,
+    1.5, ...: training steps are whole numbers."""
+    figure = metric_curves({"run": write_run(tmp_path / "a", 0.0, steps=(1, 2, 3))}, metric="r2")
+    figure.canvas.draw()
+    ticks = [tick for ax in figure.axes for tick in ax.get_xticks()]
+    assert len(ticks) > 3 and all(float(tick).is_integer() for tick in ticks)
+    assert all(ax.get_xlabel() == "training step" for ax in figure.axes)

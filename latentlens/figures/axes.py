@@ -1,0 +1,13 @@
+"""Axis conventions shared by the figures."""
+
+from __future__ import annotations
+
+from matplotlib.axes import Axes
+from matplotlib.ticker import MaxNLocator
+
+
+def step_axis(ax: Axes) -> None:
+    """Label ``ax``'s x axis as training steps, ticked at whole steps only (a short run's
+    few evaluations would otherwise get ticks such as 2.5)."""
+    ax.set_xlabel("training step")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
