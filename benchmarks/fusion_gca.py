@@ -31,9 +31,9 @@ import numpy as np
 from reproduction.runs import mean_std
 from safetensors.torch import load_file
 
-from latentlens.cli_training import default_callbacks
 from latentlens.figures import fuse_weight_curves, routing_evolution, save_figure
 from latentlens.figures.routing import load_fuse_weights
+from latentlens.probes import tracking_callbacks
 from latentlens.training import (
     RunDirectory,
     TrainConfig,
@@ -88,7 +88,7 @@ def train_one(out: Path, system: str, seed: int, size: dict, device: str) -> Pat
     """Train one run in ``out/runs`` (reused if finished, resumed if interrupted)."""
     config = run_config(system, seed, size)
     run = out / "runs" / f"{system}-s{seed}"
-    return train_or_resume(run, config, default_callbacks(config), device=device, quiet=True)
+    return train_or_resume(run, config, tracking_callbacks(config), device=device, quiet=True)
 
 
 def final_quality(run: Path) -> dict[str, float]:

@@ -27,9 +27,8 @@ from typing import Any
 import torch
 from reproduction.runs import mean_std
 
-from latentlens.cli_training import default_callbacks
 from latentlens.figures import decoding_curves, metric_curves, save_figure
-from latentlens.probes import read_decoding
+from latentlens.probes import read_decoding, tracking_callbacks
 from latentlens.training import (
     TrainConfig,
     Trainer,
@@ -88,7 +87,7 @@ def train_one(out: Path, kind: str, support: str, seed: int, size: dict, device:
     its final numbers."""
     run = out / "runs" / f"{kind}-{support}-s{seed}"
     config = run_config(kind, support, seed, size)
-    train_or_resume(run, config, default_callbacks(config), device=device, quiet=True)
+    train_or_resume(run, config, tracking_callbacks(config), device=device, quiet=True)
     return final_numbers(run)
 
 

@@ -8,20 +8,14 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from latentlens.devices import DEVICE_CHOICES
 from latentlens.models import MODEL_ALIASES, MODEL_KINDS, VARIANTS, canonical_kind
 from latentlens.models.encoder_decoder import FUSE_CHOICES
 from latentlens.models.fusion import CONNECTIONS
-from latentlens.probes import LatentDecodingTracker
-from latentlens.probes.translation import TranslationQualityTracker
+from latentlens.probes import tracking_callbacks
 from latentlens.tasks import SUPPORTS, TASKS
 from latentlens.training import (
     PRECISIONS,
-    ActivationRecorder,
-    Callback,
-    QuantityRecorder,
     RunDirectory,
     SeedGroup,
     TrainConfig,
@@ -154,39 +148,6 @@ def resolve_run_config(args: argparse.Namespace) -> dict[str, Any]:
     )
 
 
-def default_callbacks(config: dict[str, Any]) -> list[Callback]:
-    """What a task records over training: modular-icl decodes z from every layer (fit
-    in-distribution, R² out-of-distribution); translation records the fuse weights (mean
-    per layer and source layer), the routing matrix of the layer connection, CTER and BLEU."""
-    task = config["task"]["name"]
-    if task == "modular-icl":
-        return [LatentDecodingTracker(examples=config["train"]["eval_examples"])]
-    if task == "translation":
-        model = config["model"]
-        callbacks: list[Callback] = [TranslationQualityTracker()]
-        if model.get("fuse", "none") != "none":
-            callbacks.append(ActivationRecorder(fuse_hook_names(model), reduce=mean_fuse_weights))
-        if model.get("connection", "none") != "none":
-            callbacks.append(QuantityRecorder("routing_matrix", lambda t: t.model.routing_matrix()))
-        return callbacks
-    return []
-
-
-def fuse_hook_names(model: dict[str, Any]) -> list[str]:
-    sides = {"encoder": ("encoder",), "decoder": ("decoder",), "both": ("encoder", "decoder")}
-    layers = {"encoder": model["n_layers_encoder"], "decoder": model["n_layers_decoder"]}
-    return [
-        f"{side}.blocks.{layer}.fuse.hook_pattern"
-        for side in sides[model["fuse"]]
-        for layer in range(layers[side])
-    ]
-
-
-def mean_fuse_weights(pattern: torch.Tensor) -> torch.Tensor:
-    """``[batch, head, pos, source] -> [source]``: the mean weight of each source layer."""
-    return pattern.float().mean(dim=(0, 1, 2))
-
-
 def run_train(args: argparse.Namespace) -> int:
     runtime: dict[str, Any] = dict(
         device=args.device, quiet=args.quiet, compile=args.compile, cuda_graphs=args.cuda_graphs
@@ -198,7 +159,7 @@ def run_train(args: argparse.Namespace) -> int:
             stored = [RunDirectory(run).read_config() for run in args.resume]
             for run, config in zip(args.resume, stored, strict=True):
                 check_resume_flags(args, config, run)
-            callbacks = [default_callbacks(config) for config in stored]
+            callbacks = [tracking_callbacks(config) for config in stored]
             if len(args.resume) > 1:
                 trainer = SeedGroup.resume(args.resume, callbacks, **runtime)
             else:
@@ -213,12 +174,12 @@ def run_train(args: argparse.Namespace) -> int:
                 base = args.run_dir or f"runs/{args.task}-{kind}{args.attention}"
                 configs = seed_configs(config, args.seeds)
                 runs = [f"{base}-s{seed}" for seed in args.seeds]
-                callbacks = [default_callbacks(c) for c in configs]
+                callbacks = [tracking_callbacks(c) for c in configs]
                 trainer = SeedGroup.create(runs, configs, callbacks, **runtime)
             else:
                 seed = config["train"]["seed"]
                 run_dir = args.run_dir or f"runs/{args.task}-{kind}{args.attention}-s{seed}"
-                runtime["callbacks"] = default_callbacks(config)
+                runtime["callbacks"] = tracking_callbacks(config)
                 trainer = Trainer.create(run_dir, config, **runtime)
         if isinstance(trainer, SeedGroup):
             finished = list(zip(trainer.trainers, trainer.train(quiet=args.quiet), strict=True))

@@ -8,6 +8,7 @@ from latentlens.probes.linear import (
     cross_validated_decoding,
     ridge_decoding,
 )
+from latentlens.probes.task_tracking import tracking_callbacks
 from latentlens.probes.tracking import LatentDecodingTracker, decoding_sites, read_decoding
 
 __all__ = [
@@ -21,4 +22,5 @@ __all__ = [
     "last_position",
     "read_decoding",
     "ridge_decoding",
+    "tracking_callbacks",
 ]
