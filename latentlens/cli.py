@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -66,7 +67,10 @@ def run_inspect(args: argparse.Namespace) -> int:
     device = resolve_device(args.device)
     variants = sorted(VARIANTS) if args.attention == "all" else [args.attention]
     print(f"latentlens {__version__}: preset {args.preset} on {device}\n")
-    print(f"{'variant':<30}{'paper name':<24}{'norm':<10}{'value net':<16}{'params':>10}")
+    paper_width = 2 + max(len(VARIANTS[name].paper_name) for name in variants)
+    print(
+        f"{'variant':<30}{'paper name':<{paper_width}}{'norm':<10}{'value net':<16}{'params':>10}"
+    )
     last_cache = None
     for name in variants:
         torch.manual_seed(args.seed)
@@ -79,7 +83,8 @@ def run_inspect(args: argparse.Namespace) -> int:
         value_net = spec.value_network + (f" ({spec.activation})" if spec.activation else "")
         params = sum(p.numel() for p in model.parameters())
         print(
-            f"{name:<30}{spec.paper_name:<24}{spec.normalization:<10}{value_net:<16}{params:>10,}"
+            f"{name:<30}{spec.paper_name:<{paper_width}}{spec.normalization:<10}{value_net:<16}"
+            f"{params:>10,}"
         )
     assert last_cache is not None
     print(f"\nhook points of {variants[-1]} (batch {args.batch}):")
@@ -103,6 +108,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as err:
         print(f"latentlens {args.command}: error: {err}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # The reader went away (``latentlens inspect | head``): stop quietly, and point
+        # stdout at /dev/null so that Python's exit flush does not raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
 
 
 if __name__ == "__main__":

@@ -12,7 +12,6 @@ from latentlens.devices import DEVICE_CHOICES
 from latentlens.models import MODEL_ALIASES, MODEL_KINDS, VARIANTS, canonical_kind
 from latentlens.models.encoder_decoder import FUSE_CHOICES
 from latentlens.models.fusion import CONNECTIONS
-from latentlens.probes import tracking_callbacks
 from latentlens.tasks import SUPPORTS, TASKS
 from latentlens.training import (
     PRECISIONS,
@@ -149,6 +148,10 @@ def resolve_run_config(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run_train(args: argparse.Namespace) -> int:
+    # Here, not at the top: the probes import scikit-learn, which `eval`, `inspect` and
+    # `--help` would otherwise load for nothing (about 2 s).
+    from latentlens.probes import tracking_callbacks
+
     runtime: dict[str, Any] = dict(
         device=args.device, quiet=args.quiet, compile=args.compile, cuda_graphs=args.cuda_graphs
     )

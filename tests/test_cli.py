@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from latentlens.cli import main
+from latentlens.models import VARIANTS
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
@@ -34,6 +35,43 @@ def test_inspect_all_variants_in_process(capsys: pytest.CaptureFixture[str]) -> 
     assert main(["inspect", "--batch", "1", "--device", "cpu"]) == 0
     out = capsys.readouterr().out
     assert out.count("151,009") == 8
+    # Columns line up: the longest paper name ("linear attention + RMSHead") used to run
+    # into the norm column.
+    lines = out.splitlines()
+    header = next(line for line in lines if line.startswith("variant"))
+    norm_at = header.index("norm")
+    for line in lines:
+        if line.endswith("151,009"):
+            name = line.split()[0]
+            assert line[norm_at:].split()[0] == VARIANTS[name].normalization, line
+            assert line[norm_at - 1] == " ", line
+
+
+def test_quick_commands_do_not_load_scikit_learn() -> None:
+    """`--help`, `inspect` and `eval` import the CLI; scikit-learn (about 2 s) loads only
+    where training or probing needs it."""
+    code = "import sys, latentlens.cli; print('sklearn' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "False"
+
+
+def test_output_cut_short_by_its_reader_ends_quietly() -> None:
+    """`latentlens inspect | head -1`: no BrokenPipeError traceback."""
+    exe = shutil.which("latentlens")
+    command = [exe] if exe else [sys.executable, "-m", "latentlens.cli"]
+    process = subprocess.Popen(
+        [*command, "inspect", "--device", "cpu"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdout is not None and process.stderr is not None
+    assert process.stdout.readline().startswith("latentlens")
+    process.stdout.close()
+    stderr = process.stderr.read()
+    process.wait(timeout=300)
+    assert "Traceback" not in stderr, stderr
 
 
 def test_bad_argument_gives_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
