@@ -24,8 +24,8 @@ from typing import Any
 
 import torch
 
-from latentlens.cli_training import default_callbacks
 from latentlens.devices import resolve_device
+from latentlens.probes import tracking_callbacks
 from latentlens.probes.run import probe_run
 from latentlens.training import RunDirectory, list_checkpoints, train_or_resume
 
@@ -68,7 +68,7 @@ def train_one(spec: RunSpec, runtime: Runtime) -> float | None:
     train_or_resume(
         spec.path,
         spec.config,
-        default_callbacks(spec.config),
+        tracking_callbacks(spec.config),
         device=runtime.device,
         quiet=True,
         # the SVD of modular-icl's teacher norm syncs with the host: it cannot be captured
