@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+import latentlens
 from latentlens.models import (
     EncoderDecoderConfig,
     EncoderDecoderTransformer,
@@ -116,6 +117,27 @@ def test_hooks_shapes_masks_and_greedy_decoding() -> None:
     agree = forced.argmax(-1) == decoded
     first_eos = (decoded == 2).int().cumsum(1).cumsum(1) <= 1  # up to and with the first EOS
     assert agree[first_eos].all()
+
+
+def test_latent_codes_of_cross_and_fuse_attention() -> None:
+    """``latent_codes`` reads every attention of an encoder-decoder: a decoder query's code
+    towards each source position (cross-attention) and towards each earlier layer (fuse)."""
+    model = tiny(fuse="both")
+    task, b = batch(3)
+    _, cache = model.run_with_cache(
+        *task.model_inputs(b), names_filter=lambda name: name.endswith("hook_pattern")
+    )
+    cross = latentlens.latent_codes(cache, 1, prefix="decoder.", module="cross_attn")
+    assert cross.shape == (3, 12, 12, 2)  # [batch, target pos, source pos, head]
+    pattern = cache["decoder.blocks.1.cross_attn.hook_pattern"]
+    assert torch.equal(cross[2, 5, 7], pattern[2, :, 5, 7])
+    fuse = latentlens.latent_codes(cache, 2, prefix="encoder.", module="fuse")
+    assert fuse.shape == (3, 12, 3, 2)  # [batch, pos, source layer, head]
+    assert torch.equal(fuse[0, 4, 1], cache["encoder.blocks.2.fuse.hook_pattern"][0, :, 4, 1])
+    with pytest.raises(ValueError, match=r"module='cross' is unknown; choose one of"):
+        latentlens.latent_codes(cache, 1, prefix="decoder.", module="cross")
+    with pytest.raises(KeyError, match=r"blocks.1.cross_attn.hook_pattern"):
+        latentlens.latent_codes(cache, 1, module="cross_attn")  # no prefix: not in the cache
 
 
 def test_bad_configs_and_inputs() -> None:
