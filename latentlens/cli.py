@@ -13,9 +13,9 @@ from latentlens import __version__
 from latentlens.cli_analysis import add_analysis_parsers
 from latentlens.cli_training import add_eval_parser, add_train_parser
 from latentlens.devices import DEVICE_CHOICES, resolve_device
-from latentlens.models import VARIANTS, DecoderTransformer, TransformerConfig, latent_codes
-
-PRESETS = ("fuzzy-logic", "sraven")
+from latentlens.models import MODEL_ALIASES, MODEL_KINDS, VARIANTS, build_model, canonical_kind
+from latentlens.tasks import TASKS, make_task
+from latentlens.training import model_for_task
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -32,13 +32,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="build the reference model of a task for every attention variant, run it once "
         "with a cache and print parameter counts, hook shapes and a latent code",
         description="Build the reference's default model for a task, for each attention "
-        "variant, run one batch through run_with_cache and print what can be studied.",
+        "variant, run one batch of the task through run_with_cache and print what can be "
+        "studied.",
     )
     inspect.add_argument(
         "--preset",
-        choices=PRESETS,
+        choices=sorted(TASKS),
         default="fuzzy-logic",
-        help="which task's default model (default: %(default)s)",
+        help="which task's default model, fed that task's batch (default: %(default)s)",
+    )
+    inspect.add_argument(
+        "--model",
+        choices=sorted([*MODEL_KINDS, *MODEL_ALIASES, "fusion"]),
+        default="transformer",
+        help="model kind, as for `latentlens train` (default: %(default)s)",
     )
     inspect.add_argument(
         "--attention",
@@ -65,20 +72,22 @@ def run_inspect(args: argparse.Namespace) -> int:
     if args.batch <= 0:
         raise ValueError(f"--batch={args.batch} is invalid: it must be a positive integer")
     device = resolve_device(args.device)
+    kind = canonical_kind(args.preset, args.model)
     variants = sorted(VARIANTS) if args.attention == "all" else [args.attention]
-    print(f"latentlens {__version__}: preset {args.preset} on {device}\n")
-    paper_width = 2 + max(len(VARIANTS[name].paper_name) for name in variants)
+    task = make_task(args.preset, None, seed=args.seed, device=device)
+    batch = task.sample(args.batch, "train", task.make_generator(args.seed))
+    print(f"latentlens {__version__}: {args.model} preset {args.preset} on {device}\n")
+    paper_width = 2 + max(len("paper name"), *(len(VARIANTS[n].paper_name) for n in variants))
     print(
         f"{'variant':<30}{'paper name':<{paper_width}}{'norm':<10}{'value net':<16}{'params':>10}"
     )
-    last_cache = None
+    cache: dict[str, torch.Tensor] = {}
     for name in variants:
         torch.manual_seed(args.seed)
-        cfg = TransformerConfig.preset(args.preset, attention=name)
-        model = DecoderTransformer(cfg).to(device).eval()
-        x = torch.rand(args.batch, cfg.n_ctx, cfg.d_input, device=device)
+        config = model_for_task(args.preset, None, args.model, attention=name)
+        model = build_model(kind, config).to(device).eval()
         with torch.no_grad():
-            _, last_cache = model.run_with_cache(x)
+            _, cache = model.run_with_cache(*task.model_inputs(batch))
         spec = VARIANTS[name]
         value_net = spec.value_network + (f" ({spec.activation})" if spec.activation else "")
         params = sum(p.numel() for p in model.parameters())
@@ -86,14 +95,16 @@ def run_inspect(args: argparse.Namespace) -> int:
             f"{name:<30}{spec.paper_name:<{paper_width}}{spec.normalization:<10}{value_net:<16}"
             f"{params:>10,}"
         )
-    assert last_cache is not None
     print(f"\nhook points of {variants[-1]} (batch {args.batch}):")
-    for hook_name, act in last_cache.items():
-        print(f"  {hook_name:<36}{list(act.shape)}")
-    last = cfg.n_ctx - 1
-    code = latent_codes(last_cache, layer=cfg.n_layers - 1)[0, last, last]
+    name_width = 2 + max(len(hook_name) for hook_name in cache)
+    for hook_name, act in cache.items():
+        print(f"  {hook_name:<{name_width}}{list(act.shape)}")
+    # The last self-attention to run (the decoder's, in an encoder-decoder): its pattern
+    # [batch, head, query, key] read as the code of the last query on itself.
+    last_pattern = [n for n in cache if n.endswith(".attn.hook_pattern")][-1]
+    code = cache[last_pattern][0, :, -1, -1]
     values = ", ".join(f"{v:+.3f}" for v in code.tolist())
-    print(f"\nlatent code of the last token attending to itself, last layer: [{values}]")
+    print(f"\nlatent code of the last token attending to itself ({last_pattern}): [{values}]")
     return 0
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -28,7 +29,36 @@ def test_inspect_prints_reference_parameter_counts_and_hooks() -> None:
     result = run_cli("inspect", "--preset", "sraven", "--attention", "hyla", "--batch", "2")
     assert result.returncode == 0, result.stderr
     assert "402,824" in result.stdout
-    assert "blocks.3.attn.hook_vnet_post        [2, 36, 36, 4]" in result.stdout
+    assert re.search(r"\n  blocks\.3\.attn\.hook_vnet_post +\[2, 36, 36, 4\]\n", result.stdout)
+    header = result.stdout.splitlines()[2]
+    assert header.index("norm") == result.stdout.splitlines()[3].index("rms_head")
+
+
+@pytest.mark.parametrize(
+    ("preset", "model", "hooks"),
+    [
+        ("translation", "fusion", ["decoder.blocks.1.cross_attn.hook_pattern",
+                                   "encoder.blocks.1.fuse.hook_pattern"]),
+        ("modular-icl", "hypernetwork", ["hook_task_latent",
+                                          "transformer.blocks.0.attn.hook_pattern"]),
+    ],
+)  # fmt: skip
+def test_inspect_builds_every_model_kind_on_its_tasks_batch(
+    preset: str, model: str, hooks: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every model the toolkit trains can be inspected, fed its task's own batch (token
+    ids and teacher-forced decoder inputs for translation)."""
+    argv = ["inspect", "--preset", preset, "--model", model, "--attention", "hyla"]
+    assert main([*argv, "--batch", "2", "--device", "cpu"]) == 0
+    out = capsys.readouterr().out
+    for hook in hooks:
+        assert re.search(rf"\n  {re.escape(hook)} +\[2, ", out), hook
+    assert "latent code of the last token attending to itself" in out
+
+
+def test_inspect_refuses_a_model_kind_of_another_task(capsys) -> None:
+    assert main(["inspect", "--preset", "sraven", "--model", "fusion"]) == 2
+    assert "model='fusion' is for the translation task" in capsys.readouterr().err
 
 
 def test_inspect_all_variants_in_process(capsys: pytest.CaptureFixture[str]) -> None:
