@@ -41,13 +41,14 @@ def measure(
     """The metric on ``batch`` without and with ``hooks`` (eval mode, restored after)."""
     was_training = model.training
     model.eval()
+    inputs = task.model_inputs(batch)
     try:
-        values = task.metrics(model(batch.inputs), batch)
+        values = task.metrics(model(*inputs), batch)
         metric = metric or next(iter(values))  # the task's first: R² or accuracy
         if metric not in values:
             raise ValueError(f"metric={metric!r} is not one of the task's {sorted(values)}")
         baseline = float(values[metric])
-        output = model.run_with_hooks(batch.inputs, fwd_hooks=hooks)
+        output = model.run_with_hooks(*inputs, fwd_hooks=hooks)
         intervened = float(task.metrics(output, batch)[metric])
     finally:
         model.train(was_training)
@@ -85,8 +86,9 @@ def ablate_head(
 def head_ablation_table(
     model: HookedModel, task: Task, batch: Batch, mode: str = "zero", metric: str | None = None
 ) -> list[dict[str, float | int | str]]:
-    """Rows ``{"layer", "head", "metric", "baseline", "intervened", "change"}`` for every
-    head of every attention layer (``hook_z`` points, whatever their prefix)."""
+    """Rows ``{"prefix", "layer", "head", "metric", "baseline", "intervened", "change"}``
+    for every head of every self-attention layer (``hook_z`` points, whatever their
+    ``prefix``: ``""``, an encoder-decoder's ``"encoder."`` and ``"decoder."``, ...)."""
     found = sorted(
         (match.group(1), int(match.group(2)), name)
         for name in model.hook_dict
@@ -95,20 +97,26 @@ def head_ablation_table(
     if not found:
         raise ValueError("the model has no blocks.{l}.attn.hook_z hook point to ablate")
     rows = []
+    first = [x[:1] for x in task.model_inputs(batch)]
     for prefix, layer, name in found:
-        _, cache = model.run_with_cache(batch.inputs[:1], names_filter=[name])
+        _, cache = model.run_with_cache(*first, names_filter=[name])
         for head in range(cache[name].shape[2]):
             result = ablate_head(model, task, batch, layer, head, mode, metric, prefix)
-            rows.append({"layer": layer, "head": head, **result.to_dict()})
+            rows.append({"prefix": prefix, "layer": layer, "head": head, **result.to_dict()})
     return rows
 
 
-def _pattern(model: HookedModel, inputs: torch.Tensor, layer: int) -> torch.Tensor:
-    name = pattern_hook_name(layer)
+def _pattern_hook(model: HookedModel, layer: int, prefix: str, module: str) -> str:
+    name = pattern_hook_name(layer, prefix, module)
     if name not in model.hook_dict:
-        raise ValueError(f"layer={layer} has no attention ({name} is not a hook point)")
+        raise ValueError(f"layer={layer} has no such attention ({name} is not a hook point)")
+    return name
+
+
+def _pattern(model: HookedModel, task: Task, batch: Batch, name: str) -> torch.Tensor:
+    """The attention weights of hook ``name`` on ``batch``: ``[batch, head, query, key]``."""
     with torch.no_grad():
-        _, cache = model.run_with_cache(inputs, names_filter=[name])
+        _, cache = model.run_with_cache(*task.model_inputs(batch), names_filter=[name])
     return cache[name]
 
 
@@ -121,19 +129,24 @@ def patch_latent_code(
     query: int,
     key: int,
     metric: str | None = None,
+    prefix: str = "",
+    module: str = "attn",
 ) -> InterventionResult:
     """Give every example of ``batch`` the latent code of pair (``query``, ``key``) in
-    ``layer`` that the matching example of ``source`` has; every other code is untouched."""
+    ``layer`` that the matching example of ``source`` has; every other code is untouched.
+    ``prefix`` and ``module`` pick the attention as in :func:`pattern_hook_name` (e.g. an
+    encoder-decoder's ``"decoder."``, ``"cross_attn"``)."""
     if len(source) != len(batch):
         raise ValueError(f"source has {len(source)} examples, batch {len(batch)}: pass equal sizes")
-    donor = _pattern(model, source.inputs, layer)[:, :, query, key]  # [batch, head]
+    name = _pattern_hook(model, layer, prefix, module)
+    donor = _pattern(model, task, source, name)[:, :, query, key]  # [batch, head]
 
     def hook(pattern: torch.Tensor, hook: object) -> torch.Tensor:
         pattern = pattern.clone()
         pattern[:, :, query, key] = donor
         return pattern
 
-    return measure(model, task, batch, [(pattern_hook_name(layer), hook)], metric)
+    return measure(model, task, batch, [(name, hook)], metric)
 
 
 def swap_rule_codes(
@@ -168,7 +181,8 @@ def swap_rule_codes(
     rows = torch.arange(len(subset), device=rules.device)
     key_index = torch.as_tensor(keys, device=rules.device)
     key_index = key_index[chosen] if key_index.ndim else key_index.expand(len(subset))
-    codes = _pattern(model, subset.inputs, layer)[rows, :, query, key_index]  # [n, head]
+    name = _pattern_hook(model, layer, "", "attn")
+    codes = _pattern(model, task, subset, name)[rows, :, query, key_index]  # [n, head]
     mean_a, mean_b = codes[sub_rules == rule_a].mean(0), codes[sub_rules == rule_b].mean(0)
     swapped = torch.where((sub_rules == rule_a)[:, None], mean_b, mean_a)
 
@@ -177,4 +191,4 @@ def swap_rule_codes(
         pattern[rows, :, query, key_index] = swapped
         return pattern
 
-    return measure(model, task, subset, [(pattern_hook_name(layer), hook)], metric)
+    return measure(model, task, subset, [(name, hook)], metric)

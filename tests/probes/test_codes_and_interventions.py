@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from latentlens.models import DecoderTransformer
+from latentlens.models import DecoderTransformer, EncoderDecoderTransformer
 from latentlens.probes.codes import CodeSet, fuzzy_logic_codes, sraven_codes, sraven_key_positions
 from latentlens.probes.decoding import decoding_table
 from latentlens.probes.interventions import (
@@ -138,3 +138,55 @@ def test_swapping_rule_codes() -> None:
     assert result.baseline == pytest.approx(expected)
     with pytest.raises(ValueError, match="needs examples of both rules"):
         swap_rule_codes(model, task, batch, rules, 0, 99, 1, -1, keys)
+
+
+def test_interventions_on_an_encoder_decoder_feed_its_task_inputs() -> None:
+    """Translation models take (source, decoder inputs): ablations and patches feed them
+    the task's own model inputs, and reach the decoder's cross-attention codes."""
+    task = make_task("translation", None, seed=0)
+    torch.manual_seed(0)
+    cfg = model_for_task("translation", None, "fusion", d_model=16, n_heads=2, qk_dim=8,
+                         v_dim=8, d_mlp=32, n_layers_encoder=2, n_layers_decoder=2)  # fmt: skip
+    model = EncoderDecoderTransformer(cfg).eval()
+    batch = task.sample(16, "train")
+    rows = head_ablation_table(model, task, batch)
+    assert {(r["prefix"], r["layer"]) for r in rows} == {
+        ("encoder.", 0),
+        ("encoder.", 1),
+        ("decoder.", 0),
+        ("decoder.", 1),
+    }
+    assert len(rows) == 8 and all(r["metric"] == rows[0]["metric"] for r in rows)
+    cross = dict(layer=1, query=3, key=2, prefix="decoder.", module="cross_attn")
+    same = patch_latent_code(model, task, batch, batch, **cross)
+    assert same.change == pytest.approx(0.0, abs=1e-6)
+    other = task.sample(16, "train", task.make_generator(9))
+    name = "decoder.blocks.1.cross_attn.hook_pattern"
+    with torch.no_grad():
+        donor = model.run_with_cache(*task.model_inputs(other), names_filter=[name])[1][name]
+
+    def by_hand(pattern: torch.Tensor, hook: object) -> torch.Tensor:
+        pattern = pattern.clone()
+        pattern[:, :, 3, 2] = donor[:, :, 3, 2]
+        return pattern
+
+    # What the patched pair feeds on: the cross-attention's output z, recorded in the
+    # intervention's last (patched) forward pass and computed here by hand.
+    z_name = "decoder.blocks.1.cross_attn.hook_z"
+    inputs = task.model_inputs(batch)
+    with torch.no_grad(), model.hooks(fwd_hooks=[(name, by_hand)]):
+        manual = model.run_with_cache(*inputs, names_filter=[z_name])[1][z_name]
+    with torch.no_grad():
+        plain = model.run_with_cache(*inputs, names_filter=[z_name])[1][z_name]
+    seen = {}
+    model.add_hook(z_name, lambda z, hook: seen.update(z=z.clone()))
+    try:
+        patched = patch_latent_code(model, task, batch, other, **cross)
+    finally:
+        model.reset_hooks()
+    torch.testing.assert_close(seen["z"], manual, rtol=0, atol=0)
+    assert not torch.equal(manual[:, 3], plain[:, 3])  # the patch reaches query 3's output
+    torch.testing.assert_close(manual[:, :3], plain[:, :3], rtol=0, atol=0)  # and no other
+    assert patched.metric == "token_accuracy"
+    with pytest.raises(ValueError, match=r"blocks.1.cross_attn.hook_pattern is not a hook"):
+        patch_latent_code(model, task, batch, other, 1, 3, 2, module="cross_attn")  # no prefix
