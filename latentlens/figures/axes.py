@@ -1,4 +1,4 @@
-"""Axis conventions shared by the figures."""
+"""Axis and label conventions shared by the figures."""
 
 from __future__ import annotations
 
@@ -11,3 +11,8 @@ def step_axis(ax: Axes) -> None:
     few evaluations would otherwise get ticks such as 2.5)."""
     ax.set_xlabel("training step")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+
+
+def metric_label(metric: str) -> str:
+    """How a figure names a metric: ``r2`` is R², ``token_accuracy`` token accuracy."""
+    return "R²" if metric == "r2" else metric.replace("_", " ")

@@ -8,8 +8,9 @@ from typing import Any
 
 import plotly.graph_objects as go
 
+from latentlens.figures.axes import metric_label
 from latentlens.figures.probes import legend_order
-from latentlens.figures.training import METRIC_LABELS, default_metric, split_title, split_titles
+from latentlens.figures.training import default_metric, split_title, split_titles
 from latentlens.training.run_dir import RunDirectory
 
 
@@ -78,7 +79,7 @@ def metric_curves_plotly(runs: Mapping[str, str | Path], metric: str | None = No
             )
     figure.update_layout(
         xaxis_title="training step",
-        yaxis_title=METRIC_LABELS.get(metric, metric),
+        yaxis_title=metric_label(metric),
         template="plotly_white",
     )
     return figure

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
-METRIC_NAMES = {"r2": "R²", "accuracy": "accuracy"}
+from latentlens.figures.axes import metric_label
 
 
 def _require(results: Mapping[str, Any], key: str) -> Any:
@@ -18,25 +18,37 @@ def _require(results: Mapping[str, Any], key: str) -> Any:
     return results[key]
 
 
-def _head_grid(rows: Sequence[dict], value: str) -> np.ndarray:
-    layers = 1 + max(r["layer"] for r in rows)
-    heads = 1 + max(r["head"] for r in rows)
-    grid = np.full((layers, heads), np.nan)
+def _head_grid(rows: Sequence[dict], value: str) -> tuple[np.ndarray, list[str]]:
+    """``value`` per layer and head, ``[line, head]``, with each line's label. Rows of
+    several stacks (their ``prefix``: an encoder-decoder's ``encoder.`` and ``decoder.``)
+    get a line per stack and layer, in the order they come, labelled ``encoder 0``, ...;
+    one stack's lines are its layers, labelled by number."""
+    lines = list(dict.fromkeys((r.get("prefix", ""), r["layer"]) for r in rows))
+    if len({prefix for prefix, _ in lines}) > 1:
+        labels = [f"{prefix.rstrip('.')} {layer}" for prefix, layer in lines]
+    else:
+        lines = [(lines[0][0], layer) for layer in range(1 + max(layer for _, layer in lines))]
+        labels = [str(layer) for _, layer in lines]
+    grid = np.full((len(lines), 1 + max(r["head"] for r in rows)), np.nan)
+    index = {line: i for i, line in enumerate(lines)}
     for r in rows:
-        grid[r["layer"], r["head"]] = r[value]
-    return grid
+        grid[index[(r.get("prefix", ""), r["layer"])], r["head"]] = r[value]
+    return grid, labels
 
 
-def _annotated_heatmap(ax, grid: np.ndarray, cmap: str, vmin: float, vmax: float, fmt: str):
+def _annotated_heatmap(
+    ax, grid: np.ndarray, labels: Sequence[str], cmap: str, vmin: float, vmax: float, fmt: str
+):
     image = ax.imshow(grid, cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto")
     for (i, j), value in np.ndenumerate(grid):
         if np.isfinite(value):
             red, green, blue, _ = image.cmap(image.norm(value))
             dark = 0.299 * red + 0.587 * green + 0.114 * blue < 0.5  # perceived luminance
-            ax.text(j, i, format(value, fmt), ha="center", va="center", fontsize=7,
+            # + 0.0 turns -0.0 (a change of exactly nothing) into 0.0: "+0.00", not "-0.00"
+            ax.text(j, i, format(value + 0.0, fmt), ha="center", va="center", fontsize=7,
                     color="white" if dark else "black")  # fmt: skip
     ax.set_xticks(range(grid.shape[1]))
-    ax.set_yticks(range(grid.shape[0]))
+    ax.set_yticks(range(grid.shape[0]), labels)
     ax.set_xlabel("head")
     ax.set_ylabel("layer")
     return image
@@ -65,7 +77,7 @@ def decoding_by_head(results: Mapping[str, Any], title: str = "") -> Figure:
     the shuffled-label control."""
     rows = _require(results, "decoding")
     metric = rows[0]["metric"]
-    label = METRIC_NAMES.get(metric, metric)
+    label = metric_label(metric)
     alone = [
         {"layer": r["layer"], "head": int(r["heads"][1:]), "test": r["test"]}
         for r in rows
@@ -74,9 +86,9 @@ def decoding_by_head(results: Mapping[str, Any], title: str = "") -> Figure:
     per_layer = [r for r in rows if r["layer"] != "all" and r["heads"] == "all"]
     figure = Figure(figsize=(10, 3.4), layout="constrained")
     left, right = figure.subplots(1, 2, width_ratios=[1.3, 1])
-    grid = _head_grid(alone, "test")
+    grid, labels = _head_grid(alone, "test")
     low = min(0.0, float(np.nanmin(grid))) if metric == "r2" else 0.0
-    image = _annotated_heatmap(left, grid, "viridis", low, 1.0, ".2f")
+    image = _annotated_heatmap(left, grid, labels, "viridis", low, 1.0, ".2f")
     figure.colorbar(image, ax=left, label=f"held-out {label}")
     left.set_title("one head alone")
     layers = [r["layer"] for r in per_layer]
@@ -187,12 +199,12 @@ def head_ablation(results: Mapping[str, Any], title: str = "") -> Figure:
     rows = _require(results, "ablation")
     if not rows:
         raise ValueError("the probe results hold no ablation rows")
-    grid = _head_grid(rows, "change")
+    grid, labels = _head_grid(rows, "change")
     bound = max(float(np.nanmax(np.abs(grid))), 1e-6)
-    figure = Figure(figsize=(6, 3.2), layout="constrained")
+    figure = Figure(figsize=(6, max(3.2, 1.2 + 0.5 * len(labels))), layout="constrained")
     ax = figure.subplots()
-    image = _annotated_heatmap(ax, grid, "RdBu", -bound, bound, "+.2f")
-    metric = METRIC_NAMES.get(rows[0]["metric"], rows[0]["metric"])
+    image = _annotated_heatmap(ax, grid, labels, "RdBu", -bound, bound, "+.2f")
+    metric = metric_label(rows[0]["metric"])
     figure.colorbar(image, ax=ax, label=f"change in {metric}")
     ax.set_title(title or f"zeroing one head (baseline {metric} {rows[0]['baseline']:.3f})")
     return figure

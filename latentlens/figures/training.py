@@ -10,11 +10,9 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
-from latentlens.figures.axes import step_axis
+from latentlens.figures.axes import metric_label, step_axis
 from latentlens.tasks import TASKS
 from latentlens.training.run_dir import RunDirectory, read_jsonl
-
-METRIC_LABELS = {"r2": "R²", "accuracy": "accuracy", "feature_accuracy": "feature accuracy"}
 
 
 def _metric_records(run: str | Path) -> list[dict]:
@@ -99,7 +97,7 @@ def metric_curves(
         ax.grid(alpha=0.3)
         if ylim is not None:
             ax.set_ylim(*ylim)
-    axes[0].set_ylabel(METRIC_LABELS.get(metric, metric))
+    axes[0].set_ylabel(metric_label(metric))
     axes[0].legend(frameon=False)
     if clipped:
         figure.supxlabel(

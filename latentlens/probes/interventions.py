@@ -89,11 +89,11 @@ def head_ablation_table(
     """Rows ``{"prefix", "layer", "head", "metric", "baseline", "intervened", "change"}``
     for every head of every self-attention layer (``hook_z`` points, whatever their
     ``prefix``: ``""``, an encoder-decoder's ``"encoder."`` and ``"decoder."``, ...)."""
-    found = sorted(
+    found = [  # in the model's order: an encoder's layers before its decoder's
         (match.group(1), int(match.group(2)), name)
         for name in model.hook_dict
         if (match := _Z_HOOK.match(name))
-    )
+    ]
     if not found:
         raise ValueError("the model has no blocks.{l}.attn.hook_z hook point to ablate")
     rows = []

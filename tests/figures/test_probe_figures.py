@@ -200,3 +200,26 @@ def test_report_opens_in_headless_chromium_without_console_errors(tmp_path: Path
     )  # fmt: skip
     console = [line for line in done.stderr.splitlines() if "CONSOLE" in line or "Uncaught" in line]
     assert done.returncode == 0 and not console, console
+
+
+def test_head_ablation_gives_each_stack_of_an_encoder_decoder_its_own_rows() -> None:
+    """An encoder-decoder's ablation rows hold layer 0 twice (encoder and decoder): each
+    gets its own labelled row, where one grid by layer number drew one over the other."""
+    rows = [
+        {"prefix": prefix, "layer": layer, "head": head, "metric": "token_accuracy",
+         "baseline": 0.5, "intervened": 0.5, "change": value}
+        for prefix, offset in (("encoder.", 0.0), ("decoder.", 0.5))
+        for layer in (0, 1)
+        for head, value in ((0, -offset - 0.1 * layer), (1, -offset - 0.1 * layer - 0.01))
+    ]  # fmt: skip
+    ax = head_ablation({"ablation": rows}).axes[0]
+    labels = [tick.get_text() for tick in ax.get_yticklabels()]
+    assert labels == ["encoder 0", "encoder 1", "decoder 0", "decoder 1"]
+    grid = ax.images[0].get_array()
+    assert grid.shape == (4, 2)
+    assert grid[2, 0] == pytest.approx(-0.5) and grid[3, 1] == pytest.approx(-0.61)
+    texts = [text.get_text() for text in ax.texts]
+    assert texts[0] == "+0.00" and "-0.00" not in texts  # encoder 0, head 0 changed by -0.0
+    assert "token accuracy" in ax.get_title()
+    one_stack = head_ablation(fake_results()).axes[0]
+    assert [t.get_text() for t in one_stack.get_yticklabels()] == ["0", "1"]
