@@ -1,19 +1,44 @@
-"""The README's Python examples run as written: documentation that drifts from the API
-is a defect a reader meets first."""
+"""The README's Python examples run as written and say what they compute: documentation
+that drifts from the API is a defect a reader meets first."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
+import torch
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 BLOCKS = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
 
 
-def test_the_readme_has_python_examples() -> None:
-    assert len(BLOCKS) >= 2
+def check_model_example(names: dict[str, Any]) -> None:
+    """The shapes its comments state; the head ablation changes the output."""
+    assert names["codes"].shape == (32, 16, 16, 8)  # [batch, query, key, head]
+    assert names["last_self_code"].shape == (32, 8)
+    assert names["ablated"].shape == names["out"].shape
+    assert not torch.allclose(names["ablated"], names["out"])
+
+
+def check_tasks_example(names: dict[str, Any]) -> None:
+    """The fuzzy-logic shapes and the SRAVEN split sizes its comments state."""
+    logic_batch = names["logic"].sample(128, split="test")
+    assert logic_batch.inputs.shape == (128, 16, 5)
+    assert logic_batch.labels["term_bits"].shape == (128, 2, 4)
+    split = names["raven"].describe()
+    assert len(split["in_distribution_multisets"]) + len(split["ood_multisets"]) == 330
+    assert len(split["ood_multisets"]) == 82
+    assert len(names["batch"]) == 128
+
+
+CHECKS: list[Callable[[dict[str, Any]], None]] = [check_model_example, check_tasks_example]
+
+
+def test_every_readme_example_has_its_check() -> None:
+    assert len(BLOCKS) == len(CHECKS), "a README python block was added or removed: check it"
 
 
 @pytest.mark.parametrize("index", range(len(BLOCKS)))
@@ -21,4 +46,6 @@ def test_readme_python_example_runs(
     index: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)  # anything an example writes stays out of the checkout
-    exec(compile(BLOCKS[index], f"README.md, python example {index + 1}", "exec"), {})
+    names: dict[str, Any] = {}
+    exec(compile(BLOCKS[index], f"README.md, python example {index + 1}", "exec"), names)
+    CHECKS[index](names)
