@@ -11,9 +11,9 @@ import torch
 
 from latentlens import __version__
 from latentlens.cli_analysis import add_analysis_parsers
-from latentlens.cli_training import add_eval_parser, add_train_parser
+from latentlens.cli_training import MODEL_CHOICES, add_eval_parser, add_train_parser
 from latentlens.devices import DEVICE_CHOICES, resolve_device
-from latentlens.models import MODEL_ALIASES, MODEL_KINDS, VARIANTS, build_model, canonical_kind
+from latentlens.models import VARIANTS, build_model, canonical_kind
 from latentlens.tasks import TASKS, make_task
 from latentlens.training import model_for_task
 
@@ -43,7 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     inspect.add_argument(
         "--model",
-        choices=sorted([*MODEL_KINDS, *MODEL_ALIASES, "fusion"]),
+        choices=MODEL_CHOICES,
         default="transformer",
         help="model kind, as for `latentlens train` (default: %(default)s)",
     )

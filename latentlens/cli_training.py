@@ -25,6 +25,9 @@ from latentlens.training import (
 )
 from latentlens.training.distributed import shutdown_distributed
 
+# The names --model takes (train and inspect): every kind, its aliases, and translation's
+# "fusion" (the encoder-decoder with fuse-attention).
+MODEL_CHOICES = sorted([*MODEL_KINDS, *MODEL_ALIASES, "fusion"])
 MODEL_FLAGS = {"d_model": int, "n_layers": int, "n_heads": int, "qk_dim": int, "v_dim": int,
                "d_mlp": int, "attention_dropout": float, "activation": str}  # fmt: skip
 TRAIN_FLAGS = {"steps": int, "batch_size": int, "lr": float, "weight_decay": float,
@@ -56,7 +59,7 @@ def add_train_parser(commands: argparse._SubParsersAction) -> None:
     train.add_argument("--attention", choices=sorted(VARIANTS), help="default: softmax")
     train.add_argument(
         "--model",
-        choices=sorted([*MODEL_KINDS, *MODEL_ALIASES, "fusion"]),
+        choices=MODEL_CHOICES,
         help="model kind (default: transformer; vanilla is the same; on translation, "
         "transformer is the encoder-decoder and fusion adds fuse-attention)",
     )
