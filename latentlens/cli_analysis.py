@@ -72,6 +72,15 @@ def run_probe(args: argparse.Namespace) -> int:
         )
     for row in results.get("z_decoding", []):
         print(f"z from {row['site']}: R² fit {row['r2_fit']:.3f}, OOD {row['r2_ood']:.3f}")
+    if "clustering" in results:
+        kmeans = results["clustering"]["kmeans"]
+        if kmeans["ari"] is None:
+            print(f"clustering: undefined ({results['clustering']['note']})")
+        else:
+            print(
+                f"clustering (k-means, {kmeans['n_clusters']} groups): ARI {kmeans['ari']:.3f}, "
+                f"AMI {kmeans['ami']:.3f} (0 = chance)"
+            )
     if "topography" in results:
         topo = results["topography"]
         if topo["rho"] is None:

@@ -203,7 +203,7 @@ def _sections(runs, results, figures, curves, structure, size, wall, size_name, 
             "train R²": final["train"], "test R² (new combinations)": final["test"],
             "ood R² (new terms)": final["ood"],
             "decoding R² (held out)": overall["test"], "shuffled": overall["shuffled"],
-            "k-means ARI": probe["clustering"]["kmeans"]["ari"],
+            "k-means ARI": _maybe(probe["clustering"]["kmeans"]["ari"]),
             "topographic ρ": _maybe(probe["topography"]["rho"]),
             "p": _maybe(probe["topography"]["p_value"]),
         })  # fmt: skip

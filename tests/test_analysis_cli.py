@@ -48,6 +48,7 @@ def test_probe_and_figures_commands_on_a_sraven_run(tmp_path: Path, capsys) -> N
     assert main(["probe", str(run), "--examples", "128", "--quiet", "--device", "cpu"]) == 0
     printed = capsys.readouterr().out
     assert "decoding (accuracy" in printed and "topographic similarity" in printed
+    assert "clustering (k-means, " in printed and "(0 = chance)" in printed
     results = json.loads((run / "probes" / "results.json").read_text())
     assert results["task"] == "sraven" and "rule_swaps" in results
     embedding = results["embedding"]

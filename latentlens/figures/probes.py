@@ -154,9 +154,11 @@ def code_embedding(
 
 
 def structure_scores(runs: Mapping[str, Mapping[str, Any]]) -> Figure:
-    """Clustering (ARI, NMI) and topographic similarity (Spearman ρ, with its permutation
-    p-value) per run. The axes span the scores' ranges (ρ in [-1, 1]; ARI down to its
-    lowest value when negative), so a score near 0 looks near 0."""
+    """Clustering (ARI and AMI, both adjusted for chance: 0 is what clusters that ignore the
+    groups reach) and topographic similarity (Spearman ρ, with its permutation p-value) per
+    run; scores left undefined (codes identical for every example) are marked so. The axes
+    span the scores' ranges (ρ in [-1, 1]; ARI and AMI down to their lowest value when
+    negative), so a score near 0 looks near 0."""
     if not runs:
         raise ValueError("structure_scores needs at least one run's results")
     labels = list(runs)
@@ -165,19 +167,25 @@ def structure_scores(runs: Mapping[str, Mapping[str, Any]]) -> Figure:
     x = np.arange(len(labels))
     bars = [
         ("kmeans", "ari", "k-means ARI"),
-        ("kmeans", "nmi", "k-means NMI"),
+        ("kmeans", "ami", "k-means AMI"),
         ("agglomerative", "ari", "agglomerative ARI"),
-        ("agglomerative", "nmi", "agglomerative NMI"),
+        ("agglomerative", "ami", "agglomerative AMI"),
     ]
     width = 0.8 / len(bars)
+    clustering = [_require(runs[k], "clustering") for k in labels]
     scores = []
     for index, (method, score, name) in enumerate(bars):
-        values = [_require(runs[k], "clustering")[method][score] for k in labels]
-        left.bar(x + (index - 1.5) * width, values, width, label=name)
-        scores += values
+        values = [c[method][score] for c in clustering]
+        heights = [0.0 if v is None else v for v in values]
+        left.bar(x + (index - 1.5) * width, heights, width, label=name)
+        scores += heights
+    for i, c in enumerate(clustering):
+        if any(c[method]["ari"] is None for method, _, _ in bars):
+            left.annotate("undefined:\nconstant codes", (i, 0.0), ha="center", va="bottom",
+                          fontsize=8)  # fmt: skip
     left.set_xticks(x, labels)
-    left.set_ylabel("agreement with the true rules")
-    _score_axis(left, scores)  # ARI is negative for worse-than-chance agreement
+    left.set_ylabel("agreement with the true groups\n(0 = chance, 1 = exact)")
+    _score_axis(left, scores)  # negative: worse-than-chance agreement
     left.legend(frameon=False, fontsize="small", ncols=2)
     left.set_title("clustering of latent codes")
     topography = [_require(runs[k], "topography") for k in labels]

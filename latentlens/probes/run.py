@@ -27,7 +27,13 @@ from tqdm.auto import tqdm
 from latentlens.probes.codes import CodeSet, fuzzy_logic_codes, sraven_codes, sraven_key_positions
 from latentlens.probes.decoding import decoding_table
 from latentlens.probes.interventions import head_ablation_table, patch_latent_code, swap_rule_codes
-from latentlens.probes.structure import cluster_scores, embed_codes, topographic_similarity
+from latentlens.probes.structure import (
+    CLUSTER_SCORES,
+    CLUSTERINGS,
+    cluster_scores,
+    embed_codes,
+    topographic_similarity,
+)
 from latentlens.probes.tracking import LatentDecodingTracker
 from latentlens.tasks.sraven import RULE_NAMES
 from latentlens.training.checkpoint import atomic_write_bytes
@@ -71,9 +77,17 @@ def _structure(codes: CodeSet) -> dict[str, Any]:
     which depends on the token alone, with a fixed query whose residual the context never
     reaches) are recorded as undefined with the reason instead of stopping the run."""
     features = codes.features()
+    if not bool((features != features[0]).any()):
+        note = "all codes are identical: clustering and topographic similarity are undefined"
+        undefined = dict.fromkeys(CLUSTER_SCORES)
+        clustering = {method: dict(undefined) for method in CLUSTERINGS}
+        return {
+            "clustering": {**clustering, "note": note},
+            "topography": {"rho": None, "p_value": None, "note": note},
+        }
     try:
         topography = topographic_similarity(features, codes.factors)
-    except ValueError as err:
+    except ValueError as err:  # the examples it draws may still all coincide
         topography = {"rho": None, "p_value": None, "note": str(err)}
     return {"clustering": cluster_scores(features, codes.groups), "topography": topography}
 

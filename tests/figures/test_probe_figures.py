@@ -63,7 +63,8 @@ def fake_results(layers: int = 2, heads: int = 3) -> dict:
             for h in range(heads)
         ],  # fmt: skip
         "clustering": {
-            m: {"ari": 0.5, "nmi": 0.6, "n_clusters": 3} for m in ("kmeans", "agglomerative")
+            m: {"ari": 0.5, "ami": 0.4, "nmi": 0.6, "nmi_shuffled": 0.1, "n_clusters": 3}
+            for m in ("kmeans", "agglomerative")
         },  # fmt: skip
         "topography": {"rho": 0.3, "p_value": 0.002},
     }
@@ -143,6 +144,25 @@ def test_structure_axes_span_the_scores_ranges_so_near_zero_looks_near_zero() ->
     assert clustering.patches[0].get_height() == -0.1
     # Non-negative scores keep the axis at [0, 1].
     assert structure_scores({"trained": fake_results()}).axes[0].get_ylim() == (0.0, 1.0)
+
+
+def test_structure_draws_chance_adjusted_scores_and_marks_undefined_ones() -> None:
+    constant = fake_results()
+    note = "all codes are identical: clustering and topographic similarity are undefined"
+    constant["clustering"] = {
+        m: dict.fromkeys(("ari", "ami", "nmi", "nmi_shuffled")) for m in ("kmeans", "agglomerative")
+    } | {"note": note}  # fmt: skip
+    constant["topography"] = {"rho": None, "p_value": None, "note": note}
+    figure = structure_scores({"trained": fake_results(), "constant": constant})
+    clustering = figure.axes[0]
+    legend = [t.get_text() for t in clustering.get_legend().get_texts()]
+    assert legend == ["k-means ARI", "k-means AMI", "agglomerative ARI", "agglomerative AMI"]
+    heights = [bar.get_height() for bar in clustering.patches]  # per score: both runs
+    assert heights == [0.5, 0.0, 0.4, 0.0, 0.5, 0.0, 0.4, 0.0]
+    assert "0 = chance" in clustering.get_ylabel()
+    marks = [t.get_text() for t in clustering.texts]
+    assert marks == ["undefined:\nconstant codes"]
+    assert clustering.texts[0].xy == (1, 0.0)  # over the second run's bars
 
 
 class _Sources(HTMLParser):

@@ -14,10 +14,35 @@ def test_planted_clusters_are_found_and_random_codes_are_not() -> None:
     codes = rng.normal(size=(5, 6))[rules] * 5 + 0.1 * rng.normal(size=(500, 6))
     found = cluster_scores(codes, rules)
     for method in ("kmeans", "agglomerative"):
-        assert found[method]["ari"] > 0.99 and found[method]["nmi"] > 0.99
+        assert found[method]["ari"] > 0.99 and found[method]["ami"] > 0.99
+        assert found[method]["nmi"] > 0.99
         assert found[method]["n_clusters"] == 5
     random = cluster_scores(rng.normal(size=(500, 6)), rules)
     assert all(abs(random[m]["ari"]) < 0.05 for m in random)
+
+
+def test_nmi_comes_with_its_chance_level_and_ami_is_adjusted_for_it() -> None:
+    # 33 groups among 2,048 codes, as the fuzzy-logic protocol has: clusters that ignore
+    # the groups still reach an NMI well above 0, which the shuffled control measures.
+    rng = np.random.default_rng(1)
+    groups = rng.integers(0, 33, size=2048)
+    noise = cluster_scores(rng.normal(size=(2048, 4)), groups, methods=("kmeans",))["kmeans"]
+    assert noise["nmi_shuffled"] > 0.05
+    assert noise["nmi"] == pytest.approx(noise["nmi_shuffled"], abs=0.01)
+    assert abs(noise["ami"]) < 0.01 and abs(noise["ari"]) < 0.01
+    planted = rng.normal(size=(33, 4))[groups] * 10 + 0.01 * rng.normal(size=(2048, 4))
+    found = cluster_scores(planted, groups, methods=("kmeans",))["kmeans"]
+    assert found["ami"] > 0.99 and found["nmi"] > 0.99 and found["nmi_shuffled"] < 0.1
+
+
+def test_identical_codes_cannot_be_clustered() -> None:
+    # Agglomerative clustering splits identical points arbitrarily, which scored an NMI of
+    # 0.03 against the groups: a score for nothing. It is refused instead.
+    labels = np.arange(40) % 4
+    with pytest.raises(ValueError, match="all codes are identical: clustering is undefined"):
+        cluster_scores(np.ones((40, 3)), labels)
+    with pytest.raises(ValueError, match="n_shuffles=0"):
+        cluster_scores(np.eye(40)[:, :5], labels, n_shuffles=0)
 
 
 def test_topographic_similarity_of_a_compositional_code_and_of_noise() -> None:
@@ -63,3 +88,26 @@ def test_umap_is_imported_only_when_asked_for_and_separates_planted_clusters() -
     assert points.shape == (80, 2)
     found = cluster_scores(points, rules)
     assert found["kmeans"]["ari"] > 0.95
+
+
+def test_a_probe_run_records_constant_codes_as_undefined_instead_of_scoring_them() -> None:
+    import torch
+
+    from latentlens.probes.codes import CodeSet
+    from latentlens.probes.run import _structure
+
+    groups = torch.arange(64) % 4
+    bits = torch.stack([groups // 2, groups % 2], dim=1).float()
+
+    def codes(values: torch.Tensor) -> CodeSet:  # values: [64, layer, head, key]
+        return CodeSet(values, bits, bits, groups, "test", "regression")
+
+    constant = _structure(codes(torch.full((64, 2, 4, 1), 0.3)))
+    assert constant["topography"]["rho"] is None
+    assert "identical" in constant["clustering"]["note"]
+    for method in ("kmeans", "agglomerative"):
+        assert set(constant["clustering"][method].values()) == {None}
+    torch.manual_seed(0)  # each bit moves the code along its own direction
+    planted = (bits @ torch.randn(2, 8)).reshape(64, 2, 4, 1) + 0.01 * torch.randn(64, 2, 4, 1)
+    scored = _structure(codes(planted))
+    assert scored["clustering"]["kmeans"]["ari"] > 0.99 and scored["topography"]["rho"] > 0.5
