@@ -8,9 +8,12 @@ model and the loss together (static shapes, as ``--compile`` does), runs one for
 backward, and counts the kernels inductor's
 generated code launches: its own fused kernels and the library calls (matmuls).
 Inductor's CPU and GPU code generators share most fusion decisions, so a CPU's count is a
-guide to a GPU's; run it with ``--device cuda`` for the GPU's own.
+guide to a GPU's; run it with ``--device cuda`` for the GPU's own. ``--seeds N`` counts a
+seed group's compiled step instead (every seed's batch assembled, the vmapped forward and
+backward: :class:`~latentlens.training.objective.SeedGroupObjective`) beside N single runs.
 
     python benchmarks/step_kernels.py [--task fuzzy-logic|sraven|all] [--device auto]
+                                      [--seeds N]
 """
 
 from __future__ import annotations
@@ -28,8 +31,9 @@ from plain_twin import PlainObjective, twin_of  # noqa: E402
 from train_throughput import reference_configs  # noqa: E402
 
 from latentlens.devices import resolve_device  # noqa: E402
-from latentlens.training import Trainer  # noqa: E402
-from latentlens.training.objective import TrainingObjective  # noqa: E402
+from latentlens.training import Trainer, seed_configs  # noqa: E402
+from latentlens.training.multiseed import SeedGroup  # noqa: E402
+from latentlens.training.objective import SeedGroupObjective, TrainingObjective  # noqa: E402
 
 KERNEL_DEFINITION = re.compile(r"^(\w+) = async_compile\.\w+\(", re.M)
 CALL = re.compile(r"^\s+([\w.]+)\(", re.M)
@@ -61,21 +65,52 @@ def step_launches(trainer: Trainer, objective: TrainingObjective) -> tuple[int, 
     return sum(f for f, _ in counts), sum(lib for _, lib in counts)
 
 
+def group_launches(config: dict, seeds: int, device: str) -> tuple[int, int]:
+    """Kernel launches of a seed group's compiled forward and backward (its objective, as
+    ``--seeds ... --compile`` compiles it) on one batch per seed."""
+    configs = seed_configs(config, list(range(seeds)))
+    group = SeedGroup([Trainer(None, c, device=device, quiet=True) for c in configs])
+    task = group.trainers[0].task
+    draws = task.draw_seeds(128, "train", [task.make_generator(s) for s in range(seeds)])
+    torch._dynamo.reset()
+    objective = torch.compile(SeedGroupObjective(group.trainers[0].model, task), dynamic=False)
+
+    def step() -> None:
+        objective(group.params, group.buffers, draws).sum().backward()
+
+    _, codes = run_and_get_code(step)
+    counts = [launches(code) for code in codes]
+    return sum(f for f, _ in counts), sum(lib for _, lib in counts)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--task", default="all", choices=["fuzzy-logic", "sraven", "all"])
     parser.add_argument("--device", default="auto")
+    parser.add_argument("--seeds", type=int, default=1, help="count a seed group of N")
     args = parser.parse_args()
+    if args.seeds < 1:
+        parser.error(f"--seeds={args.seeds} must be at least 1")
     device = resolve_device(args.device)
     tasks = ["fuzzy-logic", "sraven"] if args.task == "all" else [args.task]
     print(
         f"kernel launches per compiled forward + backward on {device}, torch "
         f"{torch.__version__}, reference sizes, batch 128 (fused + library = total)\n"
     )
-    print(f"{'task':<12}{'variant':<9}{'latentlens':>20}{'plain twin':>20}{'ratio':>8}")
+    if args.seeds > 1:
+        header = f"{'one run':>20}{f'group of {args.seeds}':>20}{f'{args.seeds} runs':>9}"
+        print(f"{'task':<12}{'variant':<9}{header}")
+    else:
+        print(f"{'task':<12}{'variant':<9}{'latentlens':>20}{'plain twin':>20}{'ratio':>8}")
     for task, variant, config in reference_configs(tasks, "fp32"):
         trainer = Trainer(None, config, device=str(device), quiet=True)
         ours = step_launches(trainer, TrainingObjective(trainer.model, trainer.task))
+        if args.seeds > 1:
+            group = group_launches(config, args.seeds, str(device))
+            cells = [f"{f} + {lib} = {f + lib}" for f, lib in (ours, group)]
+            runs = args.seeds * sum(ours)
+            print(f"{task:<12}{variant:<9}{cells[0]:>20}{cells[1]:>20}{runs:>9}")
+            continue
         twin = twin_of(trainer.model, trainer.model_cfg)
         plain = step_launches(trainer, PlainObjective(twin, trainer.task))
         cells = [f"{f} + {lib} = {f + lib}" for f, lib in (ours, plain)]

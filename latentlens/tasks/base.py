@@ -114,7 +114,18 @@ class Task:
     ) -> Batch:
         """One batch per generator, each as :meth:`sample` draws it from that generator,
         stacked on a leading seed axis: every tensor ``[seeds, batch, ...]``."""
+        return self.assemble_seeds(self.draw_seeds(batch_size, split, generators), split)
+
+    def draw_seeds(
+        self, batch_size: int, split: str, generators: Sequence[torch.Generator]
+    ) -> Draws:
+        """The random part of :meth:`sample_seeds` (a seed group draws outside its compiled
+        step and assembles inside it); here the stacked batches themselves."""
         return Batch.stack([self.sample(batch_size, split, g) for g in generators])
+
+    def assemble_seeds(self, draws: Draws, split: str = "train") -> Batch:
+        """The seeds' batches, ``[seeds, batch, ...]``, that :meth:`draw_seeds` made."""
+        return self.assemble(draws, split)
 
     def batches(
         self, batch_size: int, split: str = "train", seed: int | None = None
@@ -168,9 +179,10 @@ class DrawnTask(Task):
     :meth:`draw` makes the draws (``{name: [batch, ...]}``), :meth:`assemble` turns them
     into the batch, and ``sample`` is the two in turn. A compiled training step then fuses
     the transform into the model's kernels, and a seed group draws each seed's numbers from
-    its own generator and assembles all seeds in one pass (:meth:`sample_seeds`): the same
-    batches as one ``sample`` per seed, bit for bit, but the transform's kernels are
-    launched once instead of once per seed.
+    its own generator (:meth:`draw_seeds`) and assembles all seeds in one pass
+    (:meth:`assemble_seeds`, inside its compiled step; :meth:`sample_seeds` is the two):
+    the same batches as one ``sample`` per seed, bit for bit, but the transform's kernels
+    are launched once instead of once per seed.
     """
 
     def draw(
@@ -187,10 +199,15 @@ class DrawnTask(Task):
     ) -> Batch:
         return self.assemble(self.draw(batch_size, split, generator), split)
 
-    def sample_seeds(
+    def draw_seeds(
         self, batch_size: int, split: str, generators: Sequence[torch.Generator]
-    ) -> Batch:
+    ) -> dict[str, torch.Tensor]:
+        """Each generator's draws of one batch, stacked: ``{name: [seeds, batch, ...]}``."""
         per_seed = [self.draw(batch_size, split, g) for g in generators]
-        draws = {name: torch.cat([d[name] for d in per_seed]) for name in per_seed[0]}
-        batch = self.assemble(draws, split)
-        return batch.map(lambda tensor: tensor.unflatten(0, (len(generators), batch_size)))
+        return {name: torch.stack([d[name] for d in per_seed]) for name in per_seed[0]}
+
+    def assemble_seeds(self, draws: dict[str, torch.Tensor], split: str = "train") -> Batch:
+        """Every seed's batch from :meth:`draw_seeds`'s ``draws`` in one assembly."""
+        seeds, batch_size = next(iter(draws.values())).shape[:2]
+        batch = self.assemble({name: d.flatten(0, 1) for name, d in draws.items()}, split)
+        return batch.map(lambda tensor: tensor.unflatten(0, (seeds, batch_size)))

@@ -4,12 +4,14 @@ Small models leave a GPU idle between kernel launches; a seed sweep can fill it 
 :class:`SeedGroup` stacks the parameters of S models (one per seed) on a leading seed
 axis, runs one vmapped forward and backward over S batches, and updates the stack with
 one fused AdamW, which is element-wise, so each seed's update is its own. On CUDA the
-group's whole step can be captured in one CUDA graph and its forward compiled, as a single
-run's (``cuda_graphs``, ``compile``): one replay then launches each kernel once for all
-seeds. Each seed keeps a whole :class:`~latentlens.training.Trainer`: its model
-initialised with its seed, its data stream, run directory, evaluations, checkpoints and
-callbacks, so every seed's run directory is an ordinary run (``latentlens eval``,
-``probe`` and ``--resume`` of one seed alone work on it).
+group's whole step can be captured in one CUDA graph and its objective compiled (the
+seeds' batches assembled from their draws, the vmapped forward and the losses:
+:class:`~latentlens.training.objective.SeedGroupObjective`), as a single run's
+(``cuda_graphs``, ``compile``): one replay then launches each kernel once for all seeds.
+Each seed keeps a whole :class:`~latentlens.training.Trainer`: its model initialised
+with its seed, its data stream, run directory, evaluations, checkpoints and callbacks, so
+every seed's run directory is an ordinary run (``latentlens eval``, ``probe`` and
+``--resume`` of one seed alone work on it).
 
 With attention dropout off, a group trains every seed as its own run would, up to the
 order of float sums (tested). With dropout on, the masks come from the one process-wide
@@ -28,16 +30,15 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch.func import functional_call, vmap
 from tqdm import tqdm
 
 from latentlens.devices import resolve_device
 from latentlens.tasks import TASKS
-from latentlens.tasks.base import Batch
+from latentlens.tasks.base import Draws
 from latentlens.training.callbacks import Callback
 from latentlens.training.config import TrainConfig
 from latentlens.training.graphs import GraphedStep
-from latentlens.training.objective import prediction_kwargs
+from latentlens.training.objective import SeedGroupObjective
 from latentlens.training.run_dir import RunDirectory
 from latentlens.training.trainer import (
     LOG_EVERY,
@@ -75,7 +76,8 @@ class SeedGroup:
 
     ``cuda_graphs`` captures the group's whole step (every seed's batch, the vmapped
     forward and backward, clipping, AdamW) in one CUDA graph; ``compile`` compiles the
-    vmapped forward with ``torch.compile``. Both need CUDA, as for a single run.
+    group's objective (batch assembly, vmapped forward, losses) with ``torch.compile``.
+    Both need CUDA, as for a single run.
     """
 
     def __init__(
@@ -131,8 +133,8 @@ class SeedGroup:
             capturable=cuda_graphs,
         )
         self._stack_optimizer_state()
-        losses = vmap(self._loss_of_one, randomness="different")
-        self._vmapped_losses = torch.compile(losses, dynamic=False) if compile else losses
+        objective = SeedGroupObjective(first.model, first.task)
+        self._objective = torch.compile(objective, dynamic=False) if compile else objective
         self.graphed = (
             GraphedStep(
                 self.compute_step,
@@ -231,30 +233,12 @@ class SeedGroup:
                 trainer.lr.copy_(self.lr)
 
     # ----------------------------------------------------------------- training
-    def _loss_of_one(
-        self,
-        params: dict[str, torch.Tensor],
-        buffers: dict[str, torch.Tensor],
-        inputs: torch.Tensor,
-        targets: torch.Tensor,
-        labels: dict[str, torch.Tensor],
-    ) -> torch.Tensor:
-        """One seed's loss: its parameters and buffers, its batch (vmapped over seeds)."""
-        task, model = self.trainers[0].task, self.trainers[0].model
-        batch = Batch(inputs, targets, labels)
-        predictions = functional_call(
-            model, (params, buffers), task.model_inputs(batch), prediction_kwargs(task)
-        )
-        return task.loss(predictions.float(), batch)
-
-    def _losses(self, batch: Batch) -> torch.Tensor:
-        """``[seeds]``: each seed's loss on its batch (``batch``: every tensor ``[seeds,
-        batch, ...]``), in one vmapped forward."""
+    def _losses(self, draws: Draws) -> torch.Tensor:
+        """``[seeds]``: each seed's loss on the batch its ``draws`` make (every tensor
+        ``[seeds, batch, ...]``), assembled and run in one pass."""
         graphed = self.graphed is not None
         with precision_scope(self.train_cfg.precision, self.device, graphed):
-            return self._vmapped_losses(
-                self.params, self.buffers, batch.inputs, batch.targets, batch.labels
-            )
+            return self._objective(self.params, self.buffers, draws)
 
     def _clip(self) -> None:
         """Each seed's gradient clipped by its own global norm, as a single run would be."""
@@ -279,8 +263,8 @@ class SeedGroup:
         """Every seed's batch, forward, backward, clip and update (gradients None before);
         returns the losses ``[seeds]``. Capturable in a CUDA graph."""
         generators = [t.data_generator for t in self.trainers]
-        batch = self.trainers[0].task.sample_seeds(self.train_cfg.batch_size, "train", generators)
-        losses = self._losses(batch)
+        draws = self.trainers[0].task.draw_seeds(self.train_cfg.batch_size, "train", generators)
+        losses = self._losses(draws)
         losses.sum().backward()  # the seeds share no parameter: each gets its own gradient
         if self.train_cfg.grad_clip > 0:
             self._clip()

@@ -47,7 +47,7 @@ def test_drawn_tasks_assemble_every_seed_in_one_pass(name: str) -> None:
     eight = len(recorder.trace)
     draws = len(task.draw(128, "train", generators[0]))
     tensors = 2 + len(task.sample(1).labels)
-    # 8 x the draws, one cat per draw, one transform and a view per batch tensor: well
+    # 8 x the draws, one stack per draw, one transform and a view per batch tensor: well
     # under 8 whole samples.
     assert eight <= 8 * draws + draws + one + tensors, (eight, one)
     assert eight < 0.5 * 8 * one, (eight, one)
