@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -56,10 +57,11 @@ def step_launches(trainer: Trainer, objective: TrainingObjective) -> tuple[int, 
     torch._dynamo.reset()
     objective.compile(dynamic=False)
     draws = trainer.task.draw(128, "train", trainer.task.make_generator(0))
+    return compiled_launches(lambda: objective(draws).backward())
 
-    def step() -> None:
-        objective(draws).backward()
 
+def compiled_launches(step: Callable[[], None]) -> tuple[int, int]:
+    """``(fused, library)`` kernel launches of every graph inductor compiles for ``step``."""
     _, codes = run_and_get_code(step)
     counts = [launches(code) for code in codes]
     return sum(f for f, _ in counts), sum(lib for _, lib in counts)
@@ -74,13 +76,7 @@ def group_launches(config: dict, seeds: int, device: str) -> tuple[int, int]:
     draws = task.draw_seeds(128, "train", [task.make_generator(s) for s in range(seeds)])
     torch._dynamo.reset()
     objective = torch.compile(SeedGroupObjective(group.trainers[0].model, task), dynamic=False)
-
-    def step() -> None:
-        objective(group.params, group.buffers, draws).sum().backward()
-
-    _, codes = run_and_get_code(step)
-    counts = [launches(code) for code in codes]
-    return sum(f for f, _ in counts), sum(lib for _, lib in counts)
+    return compiled_launches(lambda: objective(group.params, group.buffers, draws).sum().backward())
 
 
 def main() -> None:

@@ -34,7 +34,11 @@ def check_tasks_example(names: dict[str, Any]) -> None:
     assert len(names["batch"]) == 128
 
 
-CHECKS: list[Callable[[dict[str, Any]], None]] = [check_model_example, check_tasks_example]
+# Per block: the names it must define, and the check of what it says they hold.
+CHECKS: list[tuple[set[str], Callable[[dict[str, Any]], None]]] = [
+    ({"model", "codes", "last_self_code", "out", "ablated"}, check_model_example),
+    ({"logic", "raven", "batch"}, check_tasks_example),
+]
 
 
 def test_every_readme_example_has_its_check() -> None:
@@ -48,4 +52,7 @@ def test_readme_python_example_runs(
     monkeypatch.chdir(tmp_path)  # anything an example writes stays out of the checkout
     names: dict[str, Any] = {}
     exec(compile(BLOCKS[index], f"README.md, python example {index + 1}", "exec"), names)
-    CHECKS[index](names)
+    defined, check = CHECKS[index]
+    missing = defined - names.keys()
+    assert not missing, f"README python example {index + 1} no longer defines {sorted(missing)}"
+    check(names)

@@ -30,6 +30,7 @@ from latentlens.probes.interventions import head_ablation_table, patch_latent_co
 from latentlens.probes.structure import (
     CLUSTER_SCORES,
     CLUSTERINGS,
+    all_identical,
     cluster_scores,
     embed_codes,
     topographic_similarity,
@@ -77,7 +78,7 @@ def _structure(codes: CodeSet) -> dict[str, Any]:
     which depends on the token alone, with a fixed query whose residual the context never
     reaches) are recorded as undefined with the reason instead of stopping the run."""
     features = codes.features()
-    if not bool((features != features[0]).any()):
+    if all_identical(features):
         note = "all codes are identical: clustering and topographic similarity are undefined"
         undefined = dict.fromkeys(CLUSTER_SCORES)
         clustering = {method: dict(undefined) for method in CLUSTERINGS}

@@ -26,6 +26,12 @@ CLUSTER_SCORES = ("ari", "ami", "nmi", "nmi_shuffled")
 EMBEDDINGS = ("pca", "umap")
 
 
+def all_identical(codes: ArrayLike) -> bool:
+    """Whether every row of ``codes`` ``[n, d]`` is the same: nothing to cluster or rank."""
+    x = as_matrix("codes", codes)
+    return not np.ptp(x, axis=0).any()
+
+
 def cluster_scores(
     codes: ArrayLike,
     labels: ArrayLike,
@@ -54,7 +60,7 @@ def cluster_scores(
         raise ValueError(f"n_clusters={k} exceeds the {len(x)} examples")
     if n_shuffles < 1:
         raise ValueError(f"n_shuffles={n_shuffles} must be at least 1")
-    if not np.ptp(x, axis=0).any():
+    if all_identical(x):
         raise ValueError(
             "all codes are identical: clustering is undefined (any split of identical "
             "points is arbitrary); check that the codes vary with the input"
