@@ -35,24 +35,48 @@ class InterventionResult:
 
 
 @torch.no_grad()
-def measure(
+def task_metric(
     model: HookedModel, task: Task, batch: Batch, hooks: list[Hook], metric: str | None = None
-) -> InterventionResult:
-    """The metric on ``batch`` without and with ``hooks`` (eval mode, restored after)."""
+) -> tuple[str, float]:
+    """``(name, value)`` of ``metric`` (default: the task's first, R² or accuracy) on
+    ``batch`` with ``hooks`` attached (eval mode, restored after)."""
     was_training = model.training
     model.eval()
     inputs = task.model_inputs(batch)
     try:
-        values = task.metrics(model(*inputs), batch)
-        metric = metric or next(iter(values))  # the task's first: R² or accuracy
-        if metric not in values:
-            raise ValueError(f"metric={metric!r} is not one of the task's {sorted(values)}")
-        baseline = float(values[metric])
-        output = model.run_with_hooks(*inputs, fwd_hooks=hooks)
-        intervened = float(task.metrics(output, batch)[metric])
+        values = task.metrics(model.run_with_hooks(*inputs, fwd_hooks=hooks), batch)
     finally:
         model.train(was_training)
-    return InterventionResult(metric, baseline, intervened)
+    metric = metric or next(iter(values))
+    if metric not in values:
+        raise ValueError(f"metric={metric!r} is not one of the task's {sorted(values)}")
+    return metric, float(values[metric])
+
+
+def measure(
+    model: HookedModel, task: Task, batch: Batch, hooks: list[Hook], metric: str | None = None
+) -> InterventionResult:
+    """The metric on ``batch`` without and with ``hooks``."""
+    metric, baseline = task_metric(model, task, batch, [], metric)
+    return InterventionResult(metric, baseline, task_metric(model, task, batch, hooks, metric)[1])
+
+
+def _head_ablation(model: HookedModel, layer: int, head: int, mode: str, prefix: str) -> Hook:
+    """The hook that replaces head ``head``'s ``z`` in ``layer`` (see :func:`ablate_head`)."""
+    if mode not in ("zero", "mean"):
+        raise ValueError(f"mode={mode!r} is invalid: choose 'zero' or 'mean'")
+    name = f"{prefix}blocks.{layer}.attn.hook_z"
+    if name not in model.hook_dict:
+        raise ValueError(f"{name} is not a hook point of this model")
+
+    def hook(z: torch.Tensor, hook: object) -> torch.Tensor:  # z: [batch, pos, head, d_head]
+        if not 0 <= head < z.shape[2]:
+            raise ValueError(f"head={head} is out of range: the layer has {z.shape[2]} heads")
+        z = z.clone()
+        z[:, :, head] = 0.0 if mode == "zero" else z[:, :, head].mean(dim=(0, 1))
+        return z
+
+    return name, hook
 
 
 def ablate_head(
@@ -67,20 +91,7 @@ def ablate_head(
 ) -> InterventionResult:
     """Replace head ``head``'s output ``z`` in ``layer`` by zeros or by its mean over the
     batch and positions (``mode``: ``zero`` or ``mean``)."""
-    if mode not in ("zero", "mean"):
-        raise ValueError(f"mode={mode!r} is invalid: choose 'zero' or 'mean'")
-    name = f"{prefix}blocks.{layer}.attn.hook_z"
-    if name not in model.hook_dict:
-        raise ValueError(f"{name} is not a hook point of this model")
-
-    def hook(z: torch.Tensor, hook: object) -> torch.Tensor:  # z: [batch, pos, head, d_head]
-        if not 0 <= head < z.shape[2]:
-            raise ValueError(f"head={head} is out of range: the layer has {z.shape[2]} heads")
-        z = z.clone()
-        z[:, :, head] = 0.0 if mode == "zero" else z[:, :, head].mean(dim=(0, 1))
-        return z
-
-    return measure(model, task, batch, [(name, hook)], metric)
+    return measure(model, task, batch, [_head_ablation(model, layer, head, mode, prefix)], metric)
 
 
 def head_ablation_table(
@@ -88,7 +99,8 @@ def head_ablation_table(
 ) -> list[dict[str, float | int | str]]:
     """Rows ``{"prefix", "layer", "head", "metric", "baseline", "intervened", "change"}``
     for every head of every self-attention layer (``hook_z`` points, whatever their
-    ``prefix``: ``""``, an encoder-decoder's ``"encoder."`` and ``"decoder."``, ...)."""
+    ``prefix``: ``""``, an encoder-decoder's ``"encoder."`` and ``"decoder."``, ...). The
+    baseline is measured once for the table: one forward pass per head, plus one."""
     found = [  # in the model's order: an encoder's layers before its decoder's
         (match.group(1), int(match.group(2)), name)
         for name in model.hook_dict
@@ -96,12 +108,16 @@ def head_ablation_table(
     ]
     if not found:
         raise ValueError("the model has no blocks.{l}.attn.hook_z hook point to ablate")
+    metric, baseline = task_metric(model, task, batch, [], metric)
     rows = []
     first = [x[:1] for x in task.model_inputs(batch)]
     for prefix, layer, name in found:
         _, cache = model.run_with_cache(*first, names_filter=[name])
         for head in range(cache[name].shape[2]):
-            result = ablate_head(model, task, batch, layer, head, mode, metric, prefix)
+            hook = _head_ablation(model, layer, head, mode, prefix)
+            result = InterventionResult(
+                metric, baseline, task_metric(model, task, batch, [hook], metric)[1]
+            )
             rows.append({"prefix": prefix, "layer": layer, "head": head, **result.to_dict()})
     return rows
 

@@ -108,6 +108,25 @@ def test_head_ablation_equals_a_manual_zeroing_and_a_dead_head_changes_nothing()
         ablate_head(model, task, batch, 0, 1, mode="drop")
 
 
+def test_head_ablation_table_measures_its_baseline_once() -> None:
+    """One forward pass of the batch per head plus one for the shared baseline (it was two
+    per head: 128 passes, 100 s, for SRAVEN's 64 heads on a CPU); every row equals that
+    head's own ablate_head."""
+    task = make_task("fuzzy-logic", None, seed=0)
+    model = model_for("fuzzy-logic")
+    batch = task.sample(64, "test")
+    sizes: list[int] = []  # the batch size of every forward pass, from a permanent hook
+    model.add_hook("hook_embed", lambda x, hook: sizes.append(len(x)), is_permanent=True)
+    try:
+        rows = head_ablation_table(model, task, batch)
+    finally:
+        model.reset_hooks(including_permanent=True)
+    assert sizes.count(len(batch)) == len(rows) + 1 == 9
+    for row in rows:
+        alone = ablate_head(model, task, batch, row["layer"], row["head"])
+        assert (row["baseline"], row["intervened"]) == (alone.baseline, alone.intervened)
+
+
 def test_patching_from_itself_is_a_no_op_and_from_others_changes_the_metric() -> None:
     task = make_task("fuzzy-logic", None, seed=0)
     model = model_for("fuzzy-logic")
