@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import textwrap
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -202,16 +203,26 @@ def structure_scores(runs: Mapping[str, Mapping[str, Any]]) -> Figure:
     return figure
 
 
+def _change_format(largest: float) -> str:
+    """Signed, with enough decimals for two significant digits of the largest change (2 to
+    4): changes of a hundredth must not read "+0.00" in cells the colour shows changed."""
+    if largest == 0.0:
+        return "+.2f"
+    return f"+.{min(4, max(2, 1 - math.floor(math.log10(largest))))}f"
+
+
 def head_ablation(results: Mapping[str, Any], title: str = "") -> Figure:
     """Change in the task metric when each head's output is zeroed (layer x head)."""
     rows = _require(results, "ablation")
     if not rows:
         raise ValueError("the probe results hold no ablation rows")
     grid, labels = _head_grid(rows, "change")
-    bound = max(float(np.nanmax(np.abs(grid))), 1e-6)
-    figure = Figure(figsize=(6, max(3.2, 1.2 + 0.5 * len(labels))), layout="constrained")
+    largest = float(np.nanmax(np.abs(grid)))
+    bound = max(largest, 1e-6)
+    width = max(6.0, 1.6 + 0.55 * grid.shape[1])  # room for "+0.012" in every cell
+    figure = Figure(figsize=(width, max(3.2, 1.2 + 0.5 * len(labels))), layout="constrained")
     ax = figure.subplots()
-    image = _annotated_heatmap(ax, grid, labels, "RdBu", -bound, bound, "+.2f")
+    image = _annotated_heatmap(ax, grid, labels, "RdBu", -bound, bound, _change_format(largest))
     metric = metric_label(rows[0]["metric"])
     figure.colorbar(image, ax=ax, label=f"change in {metric}")
     ax.set_title(title or f"zeroing one head (baseline {metric} {rows[0]['baseline']:.3f})")

@@ -222,6 +222,25 @@ def test_report_opens_in_headless_chromium_without_console_errors(tmp_path: Path
     assert done.returncode == 0 and not console, console
 
 
+def test_head_ablation_cells_show_small_changes_with_enough_decimals() -> None:
+    """SRAVEN's 64 heads change feature accuracy by at most 0.02 early in training: at two
+    decimals most cells read "+0.00" or "-0.00" while their colour shows a change. Two
+    significant digits of the largest change, and a figure wide enough for 16 heads."""
+    changes = [-0.019, -0.004, 0.0102, 0.0]
+    rows = [
+        {"layer": 0, "head": head, "metric": "feature_accuracy", "baseline": 0.137,
+         "intervened": 0.137 + change, "change": change}
+        for head, change in enumerate(changes * 4)
+    ]  # fmt: skip
+    ax = head_ablation({"ablation": rows}).axes[0]
+    assert [t.get_text() for t in ax.texts[:4]] == ["-0.019", "-0.004", "+0.010", "+0.000"]
+    assert ax.figure.get_figwidth() > 9  # 16 columns of six characters
+    tiny = [dict(row, change=row["change"] / 100) for row in rows]
+    assert head_ablation({"ablation": tiny}).axes[0].texts[0].get_text() == "-0.0002"
+    large = [dict(row, change=row["change"] * 20) for row in rows]
+    assert head_ablation({"ablation": large}).axes[0].texts[0].get_text() == "-0.38"
+
+
 def test_head_ablation_gives_each_stack_of_an_encoder_decoder_its_own_rows() -> None:
     """An encoder-decoder's ablation rows hold layer 0 twice (encoder and decoder): each
     gets its own labelled row, where one grid by layer number drew one over the other."""
