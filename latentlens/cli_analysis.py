@@ -6,6 +6,8 @@ import argparse
 from pathlib import Path
 
 from latentlens.devices import DEVICE_CHOICES
+from latentlens.figures.axes import metric_label
+from latentlens.figures.probes import BEYOND_TWO_ERRORS
 from latentlens.figures.save import MATPLOTLIB_FORMATS
 
 
@@ -87,7 +89,27 @@ def run_probe(args: argparse.Namespace) -> int:
             print(f"topographic similarity: undefined ({topo['note']})")
         else:
             print(f"topographic similarity: rho {topo['rho']:.3f} (p = {topo['p_value']:.3g})")
+    if results.get("ablation"):
+        print(ablation_summary(results["ablation"]))
     return 0
+
+
+def ablation_summary(rows: list[dict]) -> str:
+    """One line: the head whose zeroing changes the metric most, with its standard error,
+    and how many heads change it by more than two standard errors."""
+    top = max(rows, key=lambda r: abs(r["change"]))
+    line = (
+        f"head ablation ({metric_label(top['metric'])}, baseline {top['baseline']:.3f}): "
+        f"largest change {top['change']:+.3f}"
+    )
+    where = f"{top.get('prefix', '')}layer {top['layer']} head {top['head']}"
+    if any(r.get("standard_error") is None for r in rows):
+        return f"{line} ({where})"
+    beyond = sum(abs(r["change"]) > 2 * r["standard_error"] for r in rows)
+    return (
+        f"{line} ± {top['standard_error']:.3f} ({where}); {beyond} of {len(rows)} heads "
+        f"beyond 2 standard errors, {len(rows) * BEYOND_TWO_ERRORS:.1f} expected from noise alone"
+    )
 
 
 def run_figures_command(args: argparse.Namespace) -> int:

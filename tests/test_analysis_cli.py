@@ -51,6 +51,11 @@ def test_probe_and_figures_commands_on_a_sraven_run(tmp_path: Path, capsys) -> N
     assert "clustering (k-means, " in printed and "(0 = chance)" in printed
     results = json.loads((run / "probes" / "results.json").read_text())
     assert results["task"] == "sraven" and "rule_swaps" in results
+    # 2 layers x 4 heads, each change with its standard error; noise alone puts 4.55% of
+    # the heads beyond two of them
+    assert all(row["standard_error"] >= 0 for row in results["ablation"])
+    assert "head ablation (feature accuracy, baseline " in printed
+    assert "of 8 heads beyond 2 standard errors, 0.4 expected from noise alone" in printed
     embedding = results["embedding"]
     assert embedding["label_order"] == [r for r in RULE_NAMES if r in set(embedding["label"])]
     assert main(["figures", str(run), "--formats", "png"]) == 0

@@ -38,8 +38,17 @@ def _head_grid(rows: Sequence[dict], value: str) -> tuple[np.ndarray, list[str]]
 
 
 def _annotated_heatmap(
-    ax, grid: np.ndarray, labels: Sequence[str], cmap: str, vmin: float, vmax: float, fmt: str
+    ax,
+    grid: np.ndarray,
+    labels: Sequence[str],
+    cmap: str,
+    vmin: float,
+    vmax: float,
+    fmt: str,
+    bold: np.ndarray | None = None,
 ):
+    """``grid`` ``[line, head]`` coloured and written in each cell; ``bold`` ``[line, head]``
+    marks the cells whose number is set in bold."""
     image = ax.imshow(grid, cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto")
     for (i, j), value in np.ndenumerate(grid):
         if np.isfinite(value):
@@ -47,7 +56,8 @@ def _annotated_heatmap(
             dark = 0.299 * red + 0.587 * green + 0.114 * blue < 0.5  # perceived luminance
             # + 0.0 turns -0.0 (a change of exactly nothing) into 0.0: "+0.00", not "-0.00"
             ax.text(j, i, format(value + 0.0, fmt), ha="center", va="center", fontsize=7,
-                    color="white" if dark else "black")  # fmt: skip
+                    color="white" if dark else "black",
+                    fontweight="bold" if bold is not None and bold[i, j] else "normal")  # fmt: skip
     ax.set_xticks(range(grid.shape[1]))
     ax.set_yticks(range(grid.shape[0]), labels)
     ax.set_xlabel("head")
@@ -203,6 +213,11 @@ def structure_scores(runs: Mapping[str, Mapping[str, Any]]) -> Figure:
     return figure
 
 
+# P(|Z| > 2) for a standard normal Z: the share of changes that noise alone puts beyond
+# two standard errors.
+BEYOND_TWO_ERRORS = math.erfc(2 / math.sqrt(2))
+
+
 def _change_format(largest: float) -> str:
     """Signed, with enough decimals for two significant digits of the largest change (2 to
     4): changes of a hundredth must not read "+0.00" in cells the colour shows changed."""
@@ -212,7 +227,9 @@ def _change_format(largest: float) -> str:
 
 
 def head_ablation(results: Mapping[str, Any], title: str = "") -> Figure:
-    """Change in the task metric when each head's output is zeroed (layer x head)."""
+    """Change in the task metric when each head's output is zeroed (layer x head). Where
+    the rows carry standard errors, changes beyond two of them are set in bold and the
+    title gives the median standard error."""
     rows = _require(results, "ablation")
     if not rows:
         raise ValueError("the probe results hold no ablation rows")
@@ -222,10 +239,24 @@ def head_ablation(results: Mapping[str, Any], title: str = "") -> Figure:
     width = max(6.0, 1.6 + 0.55 * grid.shape[1])  # room for "+0.012" in every cell
     figure = Figure(figsize=(width, max(3.2, 1.2 + 0.5 * len(labels))), layout="constrained")
     ax = figure.subplots()
-    image = _annotated_heatmap(ax, grid, labels, "RdBu", -bound, bound, _change_format(largest))
+    with_errors = all(r.get("standard_error") is not None for r in rows)  # older results: none
+    bold, noise = None, ""
+    if with_errors:
+        errors, _ = _head_grid(rows, "standard_error")
+        bold = np.abs(grid) > 2 * errors
+        cells = int(np.isfinite(grid).sum())
+        fmt = _change_format(float(np.nanmedian(errors))).replace("+", "")
+        noise = (
+            f"\nbold: beyond 2 standard errors (median {format(np.nanmedian(errors), fmt)}; "
+            f"noise alone puts {cells * BEYOND_TWO_ERRORS:.1f} of {cells} there)"
+        )
+    image = _annotated_heatmap(
+        ax, grid, labels, "RdBu", -bound, bound, _change_format(largest), bold
+    )
     metric = metric_label(rows[0]["metric"])
     figure.colorbar(image, ax=ax, label=f"change in {metric}")
-    ax.set_title(title or f"zeroing one head (baseline {metric} {rows[0]['baseline']:.3f})")
+    baseline = f"zeroing one head (baseline {metric} {rows[0]['baseline']:.3f})"
+    ax.set_title((title or baseline) + noise)
     return figure
 
 

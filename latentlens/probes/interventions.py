@@ -1,9 +1,10 @@
 """Interventions over ``run_with_hooks``: ablate a head, patch a query-key pair's latent
 code from other examples, swap the codes of two rules. Each returns the task metric before
-and after, and the change."""
+and after, and the change with its standard error."""
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -17,48 +18,96 @@ Hook = tuple[str, Callable]
 _Z_HOOK = re.compile(r"^(.*)blocks\.(\d+)\.attn\.hook_z$")
 
 
+# A change's standard error is read from its spread over this many parts of the batch.
+PARTS = 16
+
+
 @dataclass(frozen=True)
 class InterventionResult:
     """``metric`` of the model on a batch without (``baseline``) and with the
-    intervention (``intervened``); ``change = intervened - baseline``."""
+    intervention (``intervened``); ``change = intervened - baseline``.
+
+    ``standard_error``: of ``change``, from its spread over :data:`PARTS` equal parts of the
+    batch (sample std / sqrt(parts); ``None`` for a batch of one example). For a metric
+    that is a mean over examples (accuracy, fuzzy-logic R²) it is the paired standard error
+    of the change; for a ratio over the batch (modular-icl R², token accuracy) a close
+    estimate. A change within two of them is not told apart from sampling noise.
+    """
 
     metric: str
     baseline: float
     intervened: float
+    standard_error: float | None = None
 
     @property
     def change(self) -> float:
         return self.intervened - self.baseline
 
-    def to_dict(self) -> dict[str, float | str]:
+    def to_dict(self) -> dict[str, float | str | None]:
         return {**asdict(self), "change": self.change}
+
+
+@dataclass(frozen=True)
+class MetricReading:
+    """A task metric on a batch (``value``) and on each of its parts (``parts`` ``[k]``)."""
+
+    metric: str
+    value: float
+    parts: torch.Tensor
+
+
+def rows_of(batch: Batch, index: torch.Tensor | slice) -> Batch:
+    """The examples ``index`` of ``batch``: its inputs, targets and every per-example label
+    (labels without a batch axis are left out)."""
+    labels = {k: v[index] for k, v in batch.labels.items() if v.ndim and len(v) == len(batch)}
+    return Batch(batch.inputs[index], batch.targets[index], labels)
 
 
 @torch.no_grad()
 def task_metric(
     model: HookedModel, task: Task, batch: Batch, hooks: list[Hook], metric: str | None = None
-) -> tuple[str, float]:
-    """``(name, value)`` of ``metric`` (default: the task's first, R² or accuracy) on
-    ``batch`` with ``hooks`` attached (eval mode, restored after)."""
+) -> MetricReading:
+    """``metric`` (default: the task's first, R² or accuracy) on ``batch`` with ``hooks``
+    attached (eval mode, restored after), and on :data:`PARTS` contiguous parts of it, read
+    off the same forward pass."""
     was_training = model.training
     model.eval()
     inputs = task.model_inputs(batch)
     try:
-        values = task.metrics(model.run_with_hooks(*inputs, fwd_hooks=hooks), batch)
+        output = model.run_with_hooks(*inputs, fwd_hooks=hooks)
     finally:
         model.train(was_training)
+    values = task.metrics(output, batch)
     metric = metric or next(iter(values))
     if metric not in values:
         raise ValueError(f"metric={metric!r} is not one of the task's {sorted(values)}")
-    return metric, float(values[metric])
+    bounds = torch.linspace(0, len(batch), min(PARTS, len(batch)) + 1).long().tolist()
+    parts = [
+        task.metrics(output[lo:hi], rows_of(batch, slice(lo, hi)))[metric]
+        for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)
+    ]
+    return MetricReading(metric, float(values[metric]), torch.stack(parts).double().cpu())
+
+
+def compare(baseline: MetricReading, intervened: MetricReading) -> InterventionResult:
+    """The change from ``baseline`` to ``intervened`` (the same batch) and its standard
+    error from the parts."""
+    changes = intervened.parts - baseline.parts
+    error = float(changes.std() / len(changes) ** 0.5) if len(changes) > 1 else float("nan")
+    return InterventionResult(
+        baseline.metric,
+        baseline.value,
+        intervened.value,
+        error if math.isfinite(error) else None,
+    )
 
 
 def measure(
     model: HookedModel, task: Task, batch: Batch, hooks: list[Hook], metric: str | None = None
 ) -> InterventionResult:
     """The metric on ``batch`` without and with ``hooks``."""
-    metric, baseline = task_metric(model, task, batch, [], metric)
-    return InterventionResult(metric, baseline, task_metric(model, task, batch, hooks, metric)[1])
+    baseline = task_metric(model, task, batch, [], metric)
+    return compare(baseline, task_metric(model, task, batch, hooks, baseline.metric))
 
 
 def _head_ablation(model: HookedModel, layer: int, head: int, mode: str, prefix: str) -> Hook:
@@ -108,16 +157,14 @@ def head_ablation_table(
     ]
     if not found:
         raise ValueError("the model has no blocks.{l}.attn.hook_z hook point to ablate")
-    metric, baseline = task_metric(model, task, batch, [], metric)
+    baseline = task_metric(model, task, batch, [], metric)
     rows = []
     first = [x[:1] for x in task.model_inputs(batch)]
     for prefix, layer, name in found:
         _, cache = model.run_with_cache(*first, names_filter=[name])
         for head in range(cache[name].shape[2]):
             hook = _head_ablation(model, layer, head, mode, prefix)
-            result = InterventionResult(
-                metric, baseline, task_metric(model, task, batch, [hook], metric)[1]
-            )
+            result = compare(baseline, task_metric(model, task, batch, [hook], baseline.metric))
             rows.append({"prefix": prefix, "layer": layer, "head": head, **result.to_dict()})
     return rows
 
@@ -188,11 +235,7 @@ def swap_rule_codes(
             f"the batch needs examples of both rules {rule_a} and {rule_b}; it has "
             f"{int((rules == rule_a).sum())} and {int((rules == rule_b).sum())}"
         )
-    subset = Batch(
-        batch.inputs[chosen],
-        batch.targets[chosen],
-        {k: v[chosen] for k, v in batch.labels.items() if v.ndim and v.shape[0] == len(batch)},
-    )
+    subset = rows_of(batch, chosen)
     sub_rules = rules[chosen]
     rows = torch.arange(len(subset), device=rules.device)
     key_index = torch.as_tensor(keys, device=rules.device)

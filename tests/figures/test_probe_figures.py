@@ -239,6 +239,21 @@ def test_head_ablation_cells_show_small_changes_with_enough_decimals() -> None:
     assert head_ablation({"ablation": tiny}).axes[0].texts[0].get_text() == "-0.0002"
     large = [dict(row, change=row["change"] * 20) for row in rows]
     assert head_ablation({"ablation": large}).axes[0].texts[0].get_text() == "-0.38"
+    assert "standard error" not in ax.get_title()  # results written before they were kept
+
+
+def test_head_ablation_sets_changes_beyond_two_standard_errors_in_bold() -> None:
+    rows = [
+        {"layer": 0, "head": head, "metric": "feature_accuracy", "baseline": 0.137,
+         "intervened": 0.137 + change, "change": change, "standard_error": 0.004}
+        for head, change in enumerate([-0.019, -0.004, 0.0102, 0.008])
+    ]  # fmt: skip
+    ax = head_ablation({"ablation": rows}).axes[0]
+    weights = [text.get_fontweight() for text in ax.texts]
+    assert weights == ["bold", "normal", "bold", "normal"]  # 0.008 is exactly 2 errors
+    assert ax.get_title().endswith(
+        "bold: beyond 2 standard errors (median 0.0040; noise alone puts 0.2 of 4 there)"
+    )
 
 
 def test_head_ablation_gives_each_stack_of_an_encoder_decoder_its_own_rows() -> None:
