@@ -101,7 +101,9 @@ def decoding_by_head(results: Mapping[str, Any], title: str = "") -> Figure:
     low = min(0.0, float(np.nanmin(grid))) if metric == "r2" else 0.0
     image = _annotated_heatmap(left, grid, labels, "viridis", low, 1.0, ".2f")
     figure.colorbar(image, ax=left, label=f"held-out {label}")
-    left.set_title("one head alone")
+    chances = {round(r["chance"], 2) for r in rows if r["layer"] != "all"}
+    chance = f"chance {chances.pop():.2f}" if len(chances) == 1 else "chance: right panel"
+    left.set_title(f"one head alone ({chance})")
     layers = [r["layer"] for r in per_layer]
     x = np.arange(len(layers))
     right.bar(x - 0.2, [r["test"] for r in per_layer], 0.4, label="all heads (held out)")

@@ -129,6 +129,10 @@ def test_decoding_axes_show_a_null_result_as_near_zero_with_readable_cells() -> 
     assert colours["0.95"] == "black" and colours["-0.00"] == "white"
     accuracy = decoding_by_head(fake_results()).axes[1]
     assert accuracy.get_ylim() == (0.0, 1.0)
+    # a head's cell is read against chance: 0.34 is nothing on SRAVEN's majority rule
+    assert heat.get_title() == "one head alone (chance 0.00)"
+    results["decoding"] = [dict(row, metric="accuracy", chance=0.34) for row in results["decoding"]]
+    assert decoding_by_head(results).axes[0].get_title() == "one head alone (chance 0.34)"
 
 
 def test_structure_axes_span_the_scores_ranges_so_near_zero_looks_near_zero() -> None:
