@@ -102,7 +102,8 @@ def ablation_summary(rows: list[dict]) -> str:
         f"head ablation ({metric_label(top['metric'])}, baseline {top['baseline']:.3f}): "
         f"largest change {top['change']:+.3f}"
     )
-    where = f"{top.get('prefix', '')}layer {top['layer']} head {top['head']}"
+    stack = top.get("prefix", "").rstrip(".")  # an encoder-decoder's "encoder", ...
+    where = f"{stack + ' ' if stack else ''}layer {top['layer']} head {top['head']}"
     if any(r.get("standard_error") is None for r in rows):
         return f"{line} ({where})"
     beyond = sum(abs(r["change"]) > 2 * r["standard_error"] for r in rows)

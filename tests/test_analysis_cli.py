@@ -72,3 +72,20 @@ def test_the_demo_report_explains_codes_that_are_the_same_for_every_task() -> No
     assert note.startswith("HYLA: the codes a[:, T−1, T−1] are identical for every task")
     assert "RMSHead" in note and "residual stream" in note
     assert constant_code_note(["linear attention", "HYLA"]).startswith("linear attention and HYLA:")
+
+
+def test_ablation_summary_names_the_stack_and_counts_against_noise() -> None:
+    from latentlens.cli_analysis import ablation_summary
+
+    rows = [
+        {"prefix": prefix, "layer": 0, "head": head, "metric": "token_accuracy",
+         "baseline": 0.5, "change": change, "standard_error": 0.01}
+        for prefix, head, change in (("encoder.", 0, 0.005), ("decoder.", 1, -0.03))
+    ]  # fmt: skip
+    assert ablation_summary(rows) == (
+        "head ablation (token accuracy, baseline 0.500): largest change -0.030 ± 0.010 "
+        "(decoder layer 0 head 1); 1 of 2 heads beyond 2 standard errors, 0.1 expected from "
+        "noise alone"
+    )
+    old = [{k: v for k, v in row.items() if k != "standard_error"} for row in rows]
+    assert ablation_summary(old).endswith("largest change -0.030 (decoder layer 0 head 1)")
