@@ -91,7 +91,22 @@ def run_probe(args: argparse.Namespace) -> int:
             print(f"topographic similarity: rho {topo['rho']:.3f} (p = {topo['p_value']:.3g})")
     if results.get("ablation"):
         print(ablation_summary(results["ablation"]))
+    for row in results.get("patching", []):
+        print(f"code patched from other examples (layer {row['layer']}, query {row['query']}, "
+              f"key {row['key']}): {_change(row)}")  # fmt: skip
+    for row in results.get("rule_swaps", []):
+        print(f"codes of {row['rules'][0]} and {row['rules'][1]} swapped (layer {row['layer']}): "
+              f"{_change(row)}")  # fmt: skip
     return 0
+
+
+def _change(row: dict) -> str:
+    """``metric change ± standard error`` of an intervention's result."""
+    error = row.get("standard_error")
+    return (
+        f"{metric_label(row['metric'])} {row['baseline']:.3f} -> {row['intervened']:.3f}, "
+        f"change {row['change']:+.3f}" + (f" ± {error:.3f}" if error is not None else "")
+    )
 
 
 def ablation_summary(rows: list[dict]) -> str:

@@ -56,6 +56,11 @@ def test_probe_and_figures_commands_on_a_sraven_run(tmp_path: Path, capsys) -> N
     assert all(row["standard_error"] >= 0 for row in results["ablation"])
     assert "head ablation (feature accuracy, baseline " in printed
     assert "of 8 heads beyond 2 standard errors, 0.4 expected from noise alone" in printed
+    assert results["rule_swaps"]  # 128 OOD examples hold at least one of the swapped pairs
+    for swap in results["rule_swaps"]:
+        first, second = swap["rules"]
+        line = f"codes of {first} and {second} swapped (layer 1): feature accuracy "
+        assert line in printed and f"± {swap['standard_error']:.3f}" in printed
     embedding = results["embedding"]
     assert embedding["label_order"] == [r for r in RULE_NAMES if r in set(embedding["label"])]
     assert main(["figures", str(run), "--formats", "png"]) == 0
