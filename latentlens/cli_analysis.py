@@ -7,7 +7,7 @@ from pathlib import Path
 
 from latentlens.devices import DEVICE_CHOICES
 from latentlens.figures.axes import metric_label
-from latentlens.figures.probes import BEYOND_TWO_ERRORS
+from latentlens.figures.probes import BEYOND_TWO_ERRORS, beyond_noise
 from latentlens.figures.save import MATPLOTLIB_FORMATS
 
 
@@ -119,9 +119,9 @@ def ablation_summary(rows: list[dict]) -> str:
     )
     stack = top.get("prefix", "").rstrip(".")  # an encoder-decoder's "encoder", ...
     where = f"{stack + ' ' if stack else ''}layer {top['layer']} head {top['head']}"
-    if any(r.get("standard_error") is None for r in rows):
+    beyond = beyond_noise(rows)
+    if beyond is None:
         return f"{line} ({where})"
-    beyond = sum(abs(r["change"]) > 2 * r["standard_error"] for r in rows)
     return (
         f"{line} ± {top['standard_error']:.3f} ({where}); {beyond} of {len(rows)} heads "
         f"beyond 2 standard errors, {len(rows) * BEYOND_TWO_ERRORS:.1f} expected from noise alone"

@@ -24,6 +24,7 @@ from latentlens.figures import (
     save_figure,
     structure_scores,
 )
+from latentlens.figures.probes import BEYOND_TWO_ERRORS, beyond_noise
 from latentlens.figures.run_figures import run_figures
 from latentlens.probes.run import probe_run
 from latentlens.report import Section, write_report
@@ -90,6 +91,12 @@ def train_variant(run: Path, variant: str, size: DemoSize, steps: int | None, de
 
 def _maybe(value: float | None) -> float | str:
     return "undefined" if value is None else value
+
+
+def _heads_that_matter(rows: list[dict]) -> str:
+    """``"k of n"`` heads whose ablation changes the metric beyond two standard errors."""
+    beyond = beyond_noise(rows)
+    return "n/a" if beyond is None else f"{beyond} of {len(rows)}"
 
 
 def constant_code_note(names: list[str]) -> str:
@@ -206,15 +213,20 @@ def _sections(runs, results, figures, curves, structure, size, wall, size_name, 
             "k-means ARI": _maybe(probe["clustering"]["kmeans"]["ari"]),
             "topographic ρ": _maybe(probe["topography"]["rho"]),
             "p": _maybe(probe["topography"]["p_value"]),
+            "heads that matter": _heads_that_matter(probe["ablation"]),
         })  # fmt: skip
     best = max(table, key=lambda row: row["test R² (new combinations)"])
+    n_heads = len(next(iter(results.values()))["ablation"])
     constant = [VARIANT_NAMES[v] for v in runs if results[v]["topography"]["rho"] is None]
     outcome = Section(
         "What came out",
         [
             f"Best on new combinations of seen terms: {best['attention']} "
             f"(test R² {best['test R² (new combinations)']:.3f}). Decoding R² is to be read "
-            "against the shuffled-label control beside it (chance is 0).",
+            "against the shuffled-label control beside it (chance is 0). A head matters "
+            "where zeroing its output changes test R² by more than two standard errors; "
+            "noise alone would put "
+            f"{n_heads * BEYOND_TWO_ERRORS:.1f} of {n_heads} heads there.",
             *filter(None, [constant_code_note(constant)]),
         ],
         table=table,

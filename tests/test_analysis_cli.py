@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -31,6 +32,9 @@ def test_demo_at_tiny_size_writes_runs_figures_and_reports(tmp_path: Path) -> No
             assert (out / variant / "figures" / name).is_file(), name
     report = (out / "report.md").read_text()
     assert "## What was run" in report and "| HYLA |" in report
+    # tiny: 2 layers x 4 heads; noise alone puts 4.55% of them beyond two standard errors
+    assert "| heads that matter |" in report and "noise alone would put 0.4 of 8 heads" in report
+    assert re.search(r"\| [0-8] of 8 \|", report)
     assert (out / "report.html").stat().st_size > 100_000
     again = latentlens("demo", "--size", "tiny", "--steps", "10", "--out", str(out), "--quiet")
     assert again.returncode == 0  # finished runs are reused, the report rewritten

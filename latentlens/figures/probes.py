@@ -220,6 +220,15 @@ def structure_scores(runs: Mapping[str, Mapping[str, Any]]) -> Figure:
 BEYOND_TWO_ERRORS = math.erfc(2 / math.sqrt(2))
 
 
+def beyond_noise(rows: Sequence[Mapping[str, Any]]) -> int | None:
+    """How many intervention ``rows`` change their metric by more than two standard errors
+    (``None`` where a row has none: results written before they were kept); noise alone
+    puts ``len(rows) * BEYOND_TWO_ERRORS`` there."""
+    if any(row.get("standard_error") is None for row in rows):
+        return None
+    return sum(abs(row["change"]) > 2 * row["standard_error"] for row in rows)
+
+
 def _change_format(largest: float) -> str:
     """Signed, with enough decimals for two significant digits of the largest change (2 to
     4): changes of a hundredth must not read "+0.00" in cells the colour shows changed."""
