@@ -229,12 +229,11 @@ def beyond_noise(rows: Sequence[Mapping[str, Any]]) -> int | None:
     return sum(abs(row["change"]) > 2 * row["standard_error"] for row in rows)
 
 
-def _change_format(largest: float) -> str:
-    """Signed, with enough decimals for two significant digits of the largest change (2 to
-    4): changes of a hundredth must not read "+0.00" in cells the colour shows changed."""
-    if largest == 0.0:
-        return "+.2f"
-    return f"+.{min(4, max(2, 1 - math.floor(math.log10(largest))))}f"
+def _change_format(largest: float, sign: str = "+") -> str:
+    """Enough decimals for two significant digits of ``largest`` (2 to 4), ``sign``-ed:
+    changes of a hundredth must not read "+0.00" in cells the colour shows changed."""
+    decimals = 2 if largest == 0.0 else min(4, max(2, 1 - math.floor(math.log10(largest))))
+    return f"{sign}.{decimals}f"
 
 
 def head_ablation(results: Mapping[str, Any], title: str = "") -> Figure:
@@ -250,16 +249,14 @@ def head_ablation(results: Mapping[str, Any], title: str = "") -> Figure:
     width = max(6.0, 1.6 + 0.55 * grid.shape[1])  # room for "+0.012" in every cell
     figure = Figure(figsize=(width, max(3.2, 1.2 + 0.5 * len(labels))), layout="constrained")
     ax = figure.subplots()
-    with_errors = all(r.get("standard_error") is not None for r in rows)  # older results: none
     bold, noise = None, ""
-    if with_errors:
+    if beyond_noise(rows) is not None:  # results written before errors were kept have none
         errors, _ = _head_grid(rows, "standard_error")
         bold = np.abs(grid) > 2 * errors
-        cells = int(np.isfinite(grid).sum())
-        fmt = _change_format(float(np.nanmedian(errors))).replace("+", "")
+        median = float(np.nanmedian(errors))
         noise = (
-            f"\nbold: beyond 2 standard errors (median {format(np.nanmedian(errors), fmt)}; "
-            f"noise alone puts {cells * BEYOND_TWO_ERRORS:.1f} of {cells} there)"
+            f"\nbold: beyond 2 standard errors (median {median:{_change_format(median, '')}}; "
+            f"noise alone puts {len(rows) * BEYOND_TWO_ERRORS:.1f} of {len(rows)} there)"
         )
     image = _annotated_heatmap(
         ax, grid, labels, "RdBu", -bound, bound, _change_format(largest), bold

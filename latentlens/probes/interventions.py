@@ -93,13 +93,10 @@ def compare(baseline: MetricReading, intervened: MetricReading) -> InterventionR
     """The change from ``baseline`` to ``intervened`` (the same batch) and its standard
     error from the parts."""
     changes = intervened.parts - baseline.parts
-    error = float(changes.std() / len(changes) ** 0.5) if len(changes) > 1 else float("nan")
-    return InterventionResult(
-        baseline.metric,
-        baseline.value,
-        intervened.value,
-        error if math.isfinite(error) else None,
-    )
+    error = float(changes.std() / len(changes) ** 0.5) if len(changes) > 1 else None
+    if error is not None and not math.isfinite(error):  # a part whose metric is undefined
+        error = None
+    return InterventionResult(baseline.metric, baseline.value, intervened.value, error)
 
 
 def measure(
@@ -146,7 +143,8 @@ def ablate_head(
 def head_ablation_table(
     model: HookedModel, task: Task, batch: Batch, mode: str = "zero", metric: str | None = None
 ) -> list[dict[str, float | int | str]]:
-    """Rows ``{"prefix", "layer", "head", "metric", "baseline", "intervened", "change"}``
+    """Rows ``{"prefix", "layer", "head", "metric", "baseline", "intervened",
+    "standard_error", "change"}``
     for every head of every self-attention layer (``hook_z`` points, whatever their
     ``prefix``: ``""``, an encoder-decoder's ``"encoder."`` and ``"decoder."``, ...). The
     baseline is measured once for the table: one forward pass per head, plus one."""
