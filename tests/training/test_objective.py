@@ -15,6 +15,24 @@ from latentlens.training import SeedGroup, TrainConfig, Trainer, model_for_task,
 from latentlens.training.objective import SeedGroupObjective, TrainingObjective
 
 TINY = dict(n_layers=2, d_model=32, n_heads=4, qk_dim=8, v_dim=8, d_mlp=64, attention_dropout=0.0)
+# A cold inductor compile on 2 CPU cores costs about 25 s a layer (most of it compiling
+# the C++ of each kernel): the compiled tests run two layers only where the second
+# layer's path differs from the first's (the last block predicts only the loss's positions).
+ONE_LAYER = {**TINY, "n_layers": 1}
+
+
+def move_off_zero(model: torch.nn.Module, seed: int) -> None:
+    """Add small noise to ``model``'s all-zero parameters (biases at initialisation).
+
+    In a one-layer SRAVEN model the loss reads only the answer panel, whose all-zero tokens
+    embed to exactly 0 at initialisation (zero bias, relative positions only): the queries
+    are then 0 and W_Q, W_K and b_K get no gradient, which would leave their comparison
+    vacuous. Off zero, every parameter gets one."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            if not parameter.any():
+                parameter.add_(0.1 * torch.randn(parameter.shape, generator=generator))
 
 
 def loss_and_gradients(
@@ -26,14 +44,17 @@ def loss_and_gradients(
     return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
 
 
-@pytest.mark.parametrize("task", ["fuzzy-logic", "sraven"])
-def test_compiled_objective_gives_the_eager_loss_and_gradients(task: str) -> None:
+@pytest.mark.parametrize(
+    ("task", "sizes"), [("fuzzy-logic", ONE_LAYER), ("sraven", TINY)], ids=["fuzzy-logic", "sraven"]
+)
+def test_compiled_objective_gives_the_eager_loss_and_gradients(task: str, sizes: dict) -> None:
     """Each task's batch assembly and loss (squared error for fuzzy logic, cross-entropy
     for SRAVEN) fused into HYLA's kernels give the eager loss and every gradient up to
     float32 summation order (measured: 5e-7 relative on the loss, 4e-6 of a gradient's
-    largest entry; the tolerances leave a 10x margin)."""
+    largest entry; the tolerances leave a 10x margin). SRAVEN's two layers compile both
+    paths, a block over every position and the last block over the loss's positions."""
     config = Trainer.resolve_config(
-        task, model_for_task(task, attention="hyla", **TINY), TrainConfig.for_task(task)
+        task, model_for_task(task, attention="hyla", **sizes), TrainConfig.for_task(task)
     )
     trainer = Trainer(None, config, device="cpu", quiet=True)
     draws = trainer.task.draw(32, "train", trainer.task.make_generator(0))
@@ -47,8 +68,7 @@ def test_compiled_objective_gives_the_eager_loss_and_gradients(task: str) -> Non
 
     torch.testing.assert_close(compiled_loss, eager_loss, rtol=5e-6, atol=0.0)
     assert compiled_grads.keys() == eager_grads.keys()
-    # Two layers: in one, SRAVEN's all-zero query tokens embed to 0 at initialisation
-    # (zero bias, relative positions only) and W_Q, W_K, b_K would get no gradient.
+    # Two layers for SRAVEN: in one, its queries would be 0 at initialisation (move_off_zero)
     zero = [name for name, grad in eager_grads.items() if not grad.any()]
     assert not zero, f"{zero} got no gradient: their comparison would be vacuous"
     for name, grad in eager_grads.items():
@@ -111,12 +131,15 @@ def test_compiled_seed_group_objective_gives_each_seeds_eager_loss_and_gradients
     each seed's eager loss and gradients (tolerances as the single run's above), and each
     seed's loss is the one its own run's objective gives on its own draws. SRAVEN, whose
     assembly (permutations, one-hot panels) is the larger; the objective is the same code
-    for every task (a cold compile costs about a minute on 2 cores)."""
+    for every task. One layer, its parameters moved off zero (:func:`move_off_zero`): the
+    vmapped model's two-layer path is the single run's, compiled above."""
     task = "sraven"
     config = Trainer.resolve_config(
-        task, model_for_task(task, attention="hyla", **TINY), TrainConfig.for_task(task)
+        task, model_for_task(task, attention="hyla", **ONE_LAYER), TrainConfig.for_task(task)
     )
     trainers = [Trainer(None, c, device="cpu", quiet=True) for c in seed_configs(config, [0, 1])]
+    for seed, trainer in enumerate(trainers):
+        move_off_zero(trainer.model, seed)
     group = SeedGroup(trainers)
     task_obj = trainers[0].task
     generators = [task_obj.make_generator(seed) for seed in (5, 6)]
