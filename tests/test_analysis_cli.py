@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from latentlens.cli import main
+from latentlens.demo import SIZES, train_variant
 from latentlens.tasks import RULE_NAMES
 
 
@@ -18,7 +19,7 @@ def latentlens(*args: str) -> subprocess.CompletedProcess:
     )
 
 
-def test_demo_at_tiny_size_writes_runs_figures_and_reports(tmp_path: Path) -> None:
+def test_demo_at_tiny_size_writes_runs_figures_and_reports(tmp_path: Path, capsys) -> None:
     out = tmp_path / "demo"
     done = latentlens("demo", "--size", "tiny", "--steps", "10", "--out", str(out), "--quiet")
     assert done.returncode == 0, done.stderr[-3000:]
@@ -36,10 +37,15 @@ def test_demo_at_tiny_size_writes_runs_figures_and_reports(tmp_path: Path) -> No
     assert "| heads that matter |" in report and "noise alone would put 0.4 of 8 heads" in report
     assert re.search(r"\| [0-8] of 8 \|", report)
     assert (out / "report.html").stat().st_size > 100_000
-    again = latentlens("demo", "--size", "tiny", "--steps", "10", "--out", str(out), "--quiet")
-    assert again.returncode == 0  # finished runs are reused, the report rewritten
-    other = latentlens("demo", "--size", "tiny", "--steps", "12", "--out", str(out), "--quiet")
-    assert other.returncode == 2 and "holds a different run" in other.stderr
+    # A second demo keeps the finished runs (each run's files untouched) ...
+    written = {path: path.stat().st_mtime_ns for path in out.rglob("*") if path.is_file()}
+    for variant in ("softmax", "linear", "hyla"):
+        train_variant(out / variant, variant, SIZES["tiny"], 10, "cpu", quiet=True, seed=2024)
+    assert {path: path.stat().st_mtime_ns for path in written} == written
+    # ... and refuses to mix a different one into them, changing nothing.
+    argv = ["demo", "--size", "tiny", "--steps", "12", "--out", str(out), "--quiet"]
+    assert main(argv) == 2 and "holds a different run" in capsys.readouterr().err
+    assert {path: path.stat().st_mtime_ns for path in written} == written
 
 
 def test_probe_and_figures_commands_on_a_sraven_run(tmp_path: Path, capsys) -> None:
