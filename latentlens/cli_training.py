@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -91,7 +92,12 @@ def add_train_parser(commands: argparse._SubParsersAction) -> None:
         help="continue this run from its newest checkpoint (other config flags must match "
         "the stored config); several runs trained together with --seeds resume together",
     )
-    train.add_argument("--config", type=Path, help="JSON file with model/task/train sections")
+    train.add_argument(
+        "--config",
+        type=Path,
+        help="JSON file with model/task/train sections, or a run's config.json (its task and "
+        "model kind too): a new run of that config, flags overriding it",
+    )
     train.add_argument("--device", choices=DEVICE_CHOICES, default="auto")
     train.add_argument("--compile", action="store_true", help="torch.compile the train step (CUDA)")
     train.add_argument(
@@ -121,20 +127,72 @@ def add_eval_parser(commands: argparse._SubParsersAction) -> None:
     evaluate.set_defaults(handler=run_eval)
 
 
-def resolve_run_config(args: argparse.Namespace) -> dict[str, Any]:
-    sections: dict[str, Any] = {"model": {}, "task": {}, "train": {}}
-    if args.config is not None:
-        try:
-            loaded = json.loads(args.config.read_text())
-        except (OSError, json.JSONDecodeError) as err:
-            raise ValueError(f"--config {args.config} could not be read as JSON ({err})") from None
-        unknown = sorted(set(loaded) - set(sections))
-        if unknown:
+SECTIONS = ("model", "task", "train")
+
+
+@dataclass(frozen=True)
+class ConfigFile:
+    """What a ``--config`` file holds: its ``model``, ``task`` (the task's config) and
+    ``train`` sections, and the task and model kind it names (a run's config.json names
+    both; a hand-written file neither)."""
+
+    sections: dict[str, dict[str, Any]] = field(default_factory=lambda: {s: {} for s in SECTIONS})
+    task: str | None = None
+    model_kind: str | None = None
+
+
+# The entries of a run's config.json that describe the run without configuring it.
+RUN_RECORD = {"latentlens_version", "task_description"}
+
+
+def read_config_file(path: Path) -> ConfigFile:
+    """A ``--config`` file: sections ``model``, ``task`` and ``train``, or a run's own
+    ``config.json`` (its task and model kind become the defaults of --task and --model)."""
+    try:
+        loaded = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise ValueError(f"--config {path} could not be read as JSON ({err})") from None
+    if not isinstance(loaded, dict):
+        raise ValueError(f"--config {path} must hold a JSON object with sections {SECTIONS}")
+    task = model_kind = None
+    if "model_kind" in loaded:  # a run's config.json
+        record = loaded.get("task")
+        if not isinstance(record, dict) or set(record) != {"name", "config"}:
             raise ValueError(
-                f"--config {args.config} has unknown sections {unknown}; "
-                "allowed: model, task, train"
+                f"--config {path} looks like a run's config.json (it has 'model_kind') but "
+                "its 'task' section is not {'name': ..., 'config': {...}}"
             )
-        sections.update({k: dict(v) for k, v in loaded.items()})
+        loaded = {k: v for k, v in loaded.items() if k not in RUN_RECORD}
+        task, model_kind = record["name"], loaded.pop("model_kind")
+        loaded["task"] = record["config"]
+    unknown = sorted(set(loaded) - set(SECTIONS))
+    if unknown:
+        raise ValueError(
+            f"--config {path} has unknown sections {unknown}; allowed: {', '.join(SECTIONS)} "
+            "(or a run's config.json as it is)"
+        )
+    wrong = sorted(name for name, section in loaded.items() if not isinstance(section, dict))
+    if wrong:
+        raise ValueError(f"--config {path}: the sections {wrong} must be JSON objects")
+    return ConfigFile({s: dict(loaded.get(s, {})) for s in SECTIONS}, task, model_kind)
+
+
+def apply_config_defaults(args: argparse.Namespace, file: ConfigFile) -> None:
+    """Fill --task, --attention and --model from ``file``, then the defaults; a flag that
+    contradicts the task a run's config.json was made for is refused."""
+    if file.task is not None and args.task not in (None, file.task):
+        raise ValueError(
+            f"--config {args.config} is a {file.task} run's config, not {args.task}'s; drop "
+            "--task or pass a config for that task"
+        )
+    args.task = args.task or file.task or "fuzzy-logic"
+    args.attention = args.attention or file.sections["model"].get("attention") or "softmax"
+    args.model = args.model or file.model_kind or "transformer"
+
+
+def resolve_run_config(args: argparse.Namespace, file: ConfigFile) -> dict[str, Any]:
+    """The resolved config of a new run: ``file``'s sections, then the flags."""
+    sections = file.sections
     model = {**sections["model"], "attention": args.attention}
     model.update({k: getattr(args, k) for k in MODEL_FLAGS if getattr(args, k) is not None})
     model.update({k: getattr(args, k) for k in SEQ2SEQ_FLAGS if getattr(args, k) is not None})
@@ -171,10 +229,10 @@ def run_train(args: argparse.Namespace) -> int:
             else:
                 trainer = Trainer.resume(args.resume[0], callbacks=callbacks[0], **runtime)
         else:
-            args.task, args.attention = args.task or "fuzzy-logic", args.attention or "softmax"
-            args.model = args.model or "transformer"
+            file = read_config_file(args.config) if args.config else ConfigFile()
+            apply_config_defaults(args, file)
             canonical_kind(args.task, args.model)  # a clear error for an unknown kind
-            config = resolve_run_config(args)
+            config = resolve_run_config(args, file)
             kind = "" if args.model in ("transformer", "vanilla") else f"{args.model}-"
             if args.seeds:
                 base = args.run_dir or f"runs/{args.task}-{kind}{args.attention}"
