@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 
 import torch
@@ -32,10 +33,23 @@ def latent_codes(
     decoder's cross-attention codes are ``latent_codes(cache, l, "decoder.", "cross_attn")``
     (keys: source positions), FUSION's ``module="fuse"`` (keys: source layers).
     """
+    if layer < 0:
+        raise ValueError(f"layer={layer}: layers count from 0 (the first block)")
     name = pattern_hook_name(layer, prefix, module)
     try:
         pattern = cache[name]
     except KeyError:
+        held = sorted(
+            int(key[len(f"{prefix}blocks.") :].split(".")[0])
+            for key in cache
+            if re.fullmatch(rf"{re.escape(prefix)}blocks\.\d+\.{module}\.hook_pattern", key)
+        )
+        if held:
+            raise KeyError(
+                f"the cache has no {name!r}; it holds layers {held} of {module}.hook_pattern: "
+                f"the model has no layer {layer}, or the names_filter left it out (keep every "
+                f"layer with names_filter=lambda n: n.endswith('{module}.hook_pattern'))"
+            ) from None
         raise KeyError(
             f"the cache has no {name!r}; run the model with a names_filter that keeps it, "
             f"e.g. names_filter=lambda n: n.endswith('{module}.hook_pattern')"

@@ -434,6 +434,8 @@ class Trainer:
         seed and the split), and drawing it leaves the training stream untouched.
         """
         cfg = self.train_cfg
+        if examples is not None and examples < 1:
+            raise ValueError(f"examples={examples}: evaluate at least 1 example per split")
         examples = examples or cfg.eval_examples
         self.task.check_split(split)
         generator = self.task.make_generator(cfg.seed + 1 + self.task.splits.index(split))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -172,6 +174,13 @@ def test_latent_codes_without_the_pattern_in_cache_explains_the_fix() -> None:
     _, cache = model.run_with_cache(torch.rand(1, 4, 3), names_filter="hook_embed")
     with pytest.raises(KeyError, match="names_filter"):
         latentlens.latent_codes(cache, layer=0)
+    _, cache = model.run_with_cache(torch.rand(1, 4, 3), names_filter=lambda n: "pattern" in n)
+    n_layers = model.cfg.n_layers
+    held = re.escape(str(list(range(n_layers))))
+    with pytest.raises(KeyError, match=rf"holds layers {held} .* has no layer {n_layers}"):
+        latentlens.latent_codes(cache, layer=n_layers)
+    with pytest.raises(ValueError, match="layers count from 0"):
+        latentlens.latent_codes(cache, layer=-1)
 
 
 @pytest.mark.parametrize(("preset", "count"), [("fuzzy-logic", 151_009), ("sraven", 402_824)])

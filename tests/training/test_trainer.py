@@ -15,6 +15,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from latentlens.cli import main
 from latentlens.models import TransformerConfig
 from latentlens.training import (
     ActivationRecorder,
@@ -298,7 +299,7 @@ def test_recorder_tracks_mean_attention_pattern(tmp_path: Path) -> None:
     torch.testing.assert_close(stored["values"].sum(-1), torch.ones(2, 4, 16))  # softmax rows
 
 
-def test_train_and_eval_commands(tmp_path: Path) -> None:
+def test_train_and_eval_commands(tmp_path: Path, capsys) -> None:
     run = tmp_path / "cli"
     proc = run_cli(
         "train",
@@ -325,6 +326,8 @@ def test_train_and_eval_commands(tmp_path: Path) -> None:
     proc = run_cli("train", "--resume", str(run), "--steps", "30")
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 2 and "train.steps=30 (the run has 20)" in err
+    assert main(["eval", str(run), "--examples", "0", "--device", "cpu"]) == 2
+    assert "examples=0: evaluate at least 1 example" in capsys.readouterr().err
 
 
 def test_train_or_resume_reuses_resumes_and_refuses_another_run(tmp_path: Path) -> None:
