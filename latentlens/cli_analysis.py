@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 from latentlens.devices import DEVICE_CHOICES
@@ -29,12 +30,21 @@ def add_analysis_parsers(commands: argparse._SubParsersAction) -> None:
 
     figures = commands.add_parser(
         "figures",
-        help="draw every figure a run's results allow into RUN/figures/",
+        help="draw every figure a run's results allow into RUN/figures/; several runs are "
+        "also drawn side by side",
         description="Metric curves, tracked quantities and, after `latentlens probe`, "
         "decoding per head, code embeddings (also interactive HTML), head ablations and "
-        "structure scores.",
+        "structure scores, into each RUN/figures/. Given several runs (variants, seeds), "
+        "also their metric curves and, where probed, structure scores side by side, into "
+        "--out.",
     )
-    figures.add_argument("run_dir", type=Path)
+    figures.add_argument("run_dir", type=Path, nargs="+", metavar="RUN_DIR")
+    figures.add_argument(
+        "--out",
+        type=Path,
+        help="where the side-by-side figures of several runs go (default: comparison/ "
+        "beside the runs, in their common parent directory)",
+    )
     figures.add_argument(
         "--formats",
         default="png,svg,html",
@@ -129,13 +139,18 @@ def ablation_summary(rows: list[dict]) -> str:
 
 
 def run_figures_command(args: argparse.Namespace) -> int:
-    from latentlens.figures.run_figures import run_figures
+    from latentlens.figures.run_figures import comparison_figures, run_figures
 
     formats = tuple(f.strip() for f in args.formats.split(",") if f.strip())
-    written = run_figures(args.run_dir, formats)
-    print(f"{len(written)} figures in {args.run_dir / 'figures'}:")
-    for name in written:
-        print(f"  {name}")
+    if args.out is not None and len(args.run_dir) < 2:
+        raise ValueError("--out is where several runs are compared: give at least two runs")
+    drawn = {run / "figures": run_figures(run, formats) for run in args.run_dir}
+    if len(args.run_dir) > 1:
+        common = Path(os.path.commonpath([run.resolve() for run in args.run_dir]))
+        out = args.out or common / "comparison"
+        drawn[out] = comparison_figures(args.run_dir, out, formats)
+    for folder, written in drawn.items():
+        print(f"{len(written)} figures in {folder}: {', '.join(written)}")
     return 0
 
 

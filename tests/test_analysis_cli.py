@@ -104,3 +104,32 @@ def test_ablation_summary_names_the_stack_and_counts_against_noise() -> None:
     )
     old = [{k: v for k, v in row.items() if k != "standard_error"} for row in rows]
     assert ablation_summary(old).endswith("largest change -0.030 (decoder layer 0 head 1)")
+
+
+def test_figures_of_several_runs_draw_them_side_by_side(tmp_path: Path, capsys) -> None:
+    runs = [tmp_path / "runs" / name for name in ("softmax", "hyla")]
+    for run in runs:
+        args = ["train", "--attention", run.name, "--d-model", "16", "--n-heads", "4",
+                "--qk-dim", "8", "--v-dim", "8", "--d-mlp", "32", "--steps", "4",
+                "--eval-every", "2", "--batch-size", "16", "--eval-examples", "32",
+                "--run-dir", str(run), "--quiet", "--device", "cpu"]  # fmt: skip
+        assert main(args) == 0
+        assert main(["probe", str(run), "--examples", "64", "--quiet", "--device", "cpu"]) == 0
+    capsys.readouterr()
+
+    assert main(["figures", *map(str, runs), "--formats", "png"]) == 0
+
+    comparison = tmp_path / "runs" / "comparison"  # beside the runs by default
+    assert f"3 figures in {comparison}: metrics, metrics_interactive, structure" in (
+        capsys.readouterr().out
+    )
+    for run in runs:  # each run's own figures too
+        assert (run / "figures" / "head_ablation.png").is_file()
+    page = (comparison / "metrics_interactive.html").read_text()
+    assert '"name":"softmax' in page and '"name":"hyla' in page
+    assert (comparison / "structure.png").stat().st_size > 1_000
+
+    assert main(["figures", str(runs[0]), "--out", str(tmp_path / "x")]) == 2
+    assert "give at least two runs" in capsys.readouterr().err
+    assert main(["figures", str(runs[0]), str(runs[0])]) == 2
+    assert "at least two runs with different names" in capsys.readouterr().err

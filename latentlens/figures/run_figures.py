@@ -90,3 +90,31 @@ def run_figures(run_dir: str | Path, formats: Sequence[str] = ("png", "svg")) ->
         if "clustering" in results:
             keep("structure", structure_scores({label: results}))
     return written
+
+
+def comparison_figures(
+    run_dirs: Sequence[str | Path], out: str | Path, formats: Sequence[str] = ("png", "svg")
+) -> dict[str, Path]:
+    """Runs side by side, each labelled by its directory's name, into ``out``: their metric
+    curves (also interactive HTML) and, where at least two were probed, their clustering
+    and topographic similarity. Returns ``{figure name: first file written}``."""
+    runs = {Path(run).name: Path(run) for run in run_dirs}
+    if len(runs) < 2:
+        raise ValueError(
+            f"a comparison needs at least two runs with different names, got {list(runs)}"
+        )
+    for run in runs.values():
+        RunDirectory(run).read_config()  # a clear error if this is not a run directory
+    out = Path(out)
+    written = {
+        "metrics": save_figure(metric_curves(runs), out / "metrics", formats)[0],
+        "metrics_interactive": save_plotly(
+            metric_curves_plotly(runs), out / "metrics_interactive.html"
+        ),
+    }
+    probed = {label: _probe_results(run) for label, run in runs.items()}
+    probed = {label: results for label, results in probed.items() if results}
+    if len([results for results in probed.values() if "clustering" in results]) >= 2:
+        scored = {label: r for label, r in probed.items() if "clustering" in r}
+        written["structure"] = save_figure(structure_scores(scored), out / "structure", formats)[0]
+    return written
