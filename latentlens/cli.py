@@ -119,6 +119,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as err:
         print(f"latentlens {args.command}: error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(f"latentlens {args.command}: interrupted", file=sys.stderr)
+        return 130  # the shell's code for a command stopped by Ctrl-C (SIGINT)
     except BrokenPipeError:
         # The reader went away (``latentlens inspect | head``): stop quietly, and point
         # stdout at /dev/null so that Python's exit flush does not raise again.

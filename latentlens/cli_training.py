@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from latentlens.training import (
     TrainConfig,
     Trainer,
     TrainingDiverged,
+    list_checkpoints,
     model_for_task,
     seed_configs,
 )
@@ -245,10 +247,17 @@ def run_train(args: argparse.Namespace) -> int:
                 run_dir = args.run_dir or f"runs/{args.task}-{kind}{args.attention}-s{seed}"
                 runtime["callbacks"] = tracking_callbacks(config)
                 trainer = Trainer.create(run_dir, config, **runtime)
-        if isinstance(trainer, SeedGroup):
-            finished = list(zip(trainer.trainers, trainer.train(quiet=args.quiet), strict=True))
-        else:
-            finished = [(trainer, trainer.train())]
+        try:
+            if isinstance(trainer, SeedGroup):
+                trainers = trainer.trainers
+                finished = list(zip(trainers, trainer.train(quiet=args.quiet), strict=True))
+            else:
+                trainers = [trainer]
+                finished = [(trainer, trainer.train())]
+        except KeyboardInterrupt:
+            if trainers[0].dist.is_main:
+                print(interrupted_message(trainers), file=sys.stderr)
+            return 130  # the shell's code for a command stopped by Ctrl-C (SIGINT)
     except TrainingDiverged as err:
         raise ValueError(str(err)) from None
     finally:
@@ -259,6 +268,22 @@ def run_train(args: argparse.Namespace) -> int:
             print_table(records)
     print_seed_summary([records for _, records in finished])
     return 0
+
+
+def interrupted_message(trainers: list[Trainer]) -> str:
+    """What a Ctrl-C left: each run's newest checkpoint, and how to continue."""
+    runs = [str(t.run_dir.path) for t in trainers]
+    saved = [list_checkpoints(t.run_dir.checkpoints) for t in trainers]
+    if not all(saved):
+        return (
+            f"latentlens train: interrupted at step {trainers[0].step}, before the first "
+            f"checkpoint; delete {' '.join(runs)} and start again"
+        )
+    return (
+        f"latentlens train: interrupted at step {trainers[0].step}; the newest checkpoint of "
+        f"{' and '.join(runs)} is step {saved[0][-1][0]}, where `latentlens train --resume "
+        f"{' '.join(runs)}` continues"
+    )
 
 
 def check_resume_flags(args: argparse.Namespace, stored: dict[str, Any], run: str) -> None:

@@ -247,6 +247,32 @@ def test_sigkill_then_resume_equals_an_uninterrupted_run(tmp_path: Path) -> None
         assert torch.equal(final_a[key], final_b[key]), key
 
 
+def test_ctrl_c_stops_with_the_newest_checkpoint_and_how_to_resume(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    flags = ["train", "--steps", "100000", "--eval-every", "20", "--quiet", "--device", "cpu",
+             *TINY_FLAGS, "--run-dir", str(run)]  # fmt: skip
+    exe = shutil.which("latentlens")
+    victim = subprocess.Popen(
+        [*([exe] if exe else [sys.executable, "-m", "latentlens.cli"]), *flags],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        # SIGINT's default handling (Python's KeyboardInterrupt), even where this test's
+        # own process inherited it ignored (a background job of a shell)
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    deadline = time.time() + 300
+    while len(list_checkpoints(run / "checkpoints")) < 2 and time.time() < deadline:
+        time.sleep(0.02)
+    victim.send_signal(signal.SIGINT)
+    _, err = victim.communicate(timeout=60)
+    newest = list_checkpoints(run / "checkpoints")[-1][0]
+    assert victim.returncode == 130, err
+    assert err.startswith("latentlens train: interrupted at step ") and "Traceback" not in err
+    assert f"the newest checkpoint of {run} is step {newest}" in err
+    assert f"`latentlens train --resume {run}` continues" in err
+
+
 class PoisonWeights(Callback):
     def __init__(self, at_step: int) -> None:
         self.at_step = at_step
