@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from latentlens.cli import main
 from latentlens.probes import read_decoding
 from latentlens.training import TrainConfig, Trainer, model_for_task
 from tests.test_cli import run_cli
@@ -45,7 +46,7 @@ def test_both_models_learn_the_teacher(tmp_path: Path, kind: str) -> None:
     assert records["ood"]["r2"] > 0.05
 
 
-def test_train_command_with_hypernetwork_and_support(tmp_path: Path) -> None:
+def test_train_command_with_hypernetwork_and_support(tmp_path: Path, capsys) -> None:
     run = tmp_path / "icl"
     command = [
         "train", "--task", "modular-icl",
@@ -70,5 +71,6 @@ def test_train_command_with_hypernetwork_and_support(tmp_path: Path) -> None:
     ]
     assert sorted({r["step"] for r in records}) == [3, 6]
 
-    wrong = run_cli("train", "--resume", str(run), "--model", "vanilla")
-    assert wrong.returncode == 2 and "is a 'hypernetwork' model" in wrong.stderr
+    capsys.readouterr()
+    assert main(["train", "--resume", str(run), "--model", "vanilla"]) == 2  # in-process
+    assert "is a 'hypernetwork' model" in capsys.readouterr().err

@@ -10,6 +10,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from latentlens.cli import main
 from latentlens.figures import fuse_weight_curves, routing_evolution
 from latentlens.models import EncoderDecoderConfig, EncoderDecoderTransformer
 from latentlens.probes.translation import translation_quality
@@ -86,7 +87,7 @@ def test_translation_quality_of_a_perfect_and_a_broken_model() -> None:
         translation_quality(Oracle(task, False, 64), make_task("fuzzy-logic"))
 
 
-def test_train_command_with_fusion_and_gca_tracks_routing(tmp_path: Path) -> None:
+def test_train_command_with_fusion_and_gca_tracks_routing(tmp_path: Path, capsys) -> None:
     run = tmp_path / "mt"
     done = run_cli(
         "train", "--task", "translation",
@@ -118,19 +119,21 @@ def test_train_command_with_fusion_and_gca_tracks_routing(tmp_path: Path) -> Non
     assert all(0.0 <= q["cter_instance"] <= 1.0 and 0.0 <= q["bleu_test"] <= 100 for q in quality)
 
     assert fuse_weight_curves(run).axes and routing_evolution(run).axes
-    figures = run_cli("figures", str(run), "--formats", "png")
-    assert figures.returncode == 0, figures.stderr
+    # The other commands in-process (the entry point is the train command's, above).
+    assert main(["figures", str(run), "--formats", "png"]) == 0
     written = {p.stem for p in (run / "figures").glob("*.png")}
     assert {"fuse_weights", "fuse_weights_heatmap", "routing", "translation_quality"} <= written
-    probe = run_cli("probe", str(run), "--quiet", "--device", "cpu")
-    assert probe.returncode == 2
-    assert "recorded while it trains" in probe.stderr and "latentlens figures" in probe.stderr
+    capsys.readouterr()
+    assert main(["probe", str(run), "--quiet", "--device", "cpu"]) == 2
+    refused = capsys.readouterr().err
+    assert "recorded while it trains" in refused and "latentlens figures" in refused
 
 
-def test_fuse_and_connection_flags_are_checked(tmp_path: Path) -> None:
-    done = run_cli("train", "--task", "translation", "--connection", "diagonal",
-                   "--run-dir", str(tmp_path / "x"))  # fmt: skip
-    assert done.returncode == 2 and "invalid choice: 'diagonal'" in done.stderr
-    done = run_cli("train", "--task", "fuzzy-logic", "--model", "fusion",
-                   "--run-dir", str(tmp_path / "y"))  # fmt: skip
-    assert done.returncode == 2 and "'fusion' is for the translation task, not" in done.stderr
+def test_fuse_and_connection_flags_are_checked(tmp_path: Path, capsys) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        main(["train", "--task", "translation", "--connection", "diagonal",
+              "--run-dir", str(tmp_path / "x")])  # fmt: skip
+    assert stopped.value.code == 2 and "invalid choice: 'diagonal'" in capsys.readouterr().err
+    assert main(["train", "--task", "fuzzy-logic", "--model", "fusion",
+                 "--run-dir", str(tmp_path / "y")]) == 2  # fmt: skip
+    assert "'fusion' is for the translation task, not" in capsys.readouterr().err
