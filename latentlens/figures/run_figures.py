@@ -112,9 +112,11 @@ def comparison_figures(
             metric_curves_plotly(runs), out / "metrics_interactive.html"
         ),
     }
-    probed = {label: _probe_results(run) for label, run in runs.items()}
-    probed = {label: results for label, results in probed.items() if results}
-    if len([results for results in probed.values() if "clustering" in results]) >= 2:
-        scored = {label: r for label, r in probed.items() if "clustering" in r}
+    scored = {
+        label: results
+        for label, run in runs.items()
+        if "clustering" in (results := _probe_results(run) or {})
+    }
+    if len(scored) >= 2:
         written["structure"] = save_figure(structure_scores(scored), out / "structure", formats)[0]
     return written

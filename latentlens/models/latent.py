@@ -39,11 +39,8 @@ def latent_codes(
     try:
         pattern = cache[name]
     except KeyError:
-        held = sorted(
-            int(key[len(f"{prefix}blocks.") :].split(".")[0])
-            for key in cache
-            if re.fullmatch(rf"{re.escape(prefix)}blocks\.\d+\.{module}\.hook_pattern", key)
-        )
+        layer_of = re.compile(rf"{re.escape(prefix)}blocks\.(\d+)\.{module}\.hook_pattern")
+        held = sorted(int(m.group(1)) for key in cache if (m := layer_of.fullmatch(key)))
         if held:
             raise KeyError(
                 f"the cache has no {name!r}; it holds layers {held} of {module}.hook_pattern: "
