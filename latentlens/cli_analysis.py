@@ -4,23 +4,29 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 from pathlib import Path
 
 from latentlens.devices import DEVICE_CHOICES
 from latentlens.figures.axes import metric_label
 from latentlens.figures.probes import BEYOND_TWO_ERRORS, beyond_noise
 from latentlens.figures.save import MATPLOTLIB_FORMATS
+from latentlens.training.run_dir import RunDirectory
 
 
 def add_analysis_parsers(commands: argparse._SubParsersAction) -> None:
     probe = commands.add_parser(
         "probe",
-        help="probe a trained run's latent codes into RUN/probes/results.json",
+        help="probe a trained run's latent codes into RUN/probes/results.json; several "
+        "runs are also summarised side by side",
         description="Run the task's latent-code protocol (reference/hyla.md section 6) on a "
         "trained run: linear decoders with chance and shuffled-label controls per layer and "
-        "head, clustering, embeddings, topographic similarity, head ablations and patching.",
+        "head, clustering, embeddings, topographic similarity, head ablations and patching. "
+        "Given several runs (variants, or the seeds of `train --seeds`), probe each and "
+        "print their main scores in one table, with mean ± std where the runs differ only "
+        "in their seed.",
     )
-    probe.add_argument("run_dir", type=Path)
+    probe.add_argument("run_dir", type=Path, nargs="+", metavar="RUN_DIR")
     probe.add_argument("--examples", type=int, default=2048, help="examples per code set")
     probe.add_argument("--embedding", choices=["pca", "umap"], default="pca")
     probe.add_argument("--checkpoint", type=int, help="step (default: the newest)")
@@ -69,14 +75,29 @@ def add_analysis_parsers(commands: argparse._SubParsersAction) -> None:
 
 
 def run_probe(args: argparse.Namespace) -> int:
-    from latentlens.probes.run import probe_run
+    from latentlens.probes.run import check_probe_run, probe_run
 
     if args.examples < 4:
         raise ValueError(f"--examples={args.examples} is too few; use at least 4")
-    results = probe_run(
-        args.run_dir, args.examples, args.embedding, args.checkpoint, args.device, args.quiet
-    )
-    print(f"probe results: {args.run_dir / 'probes' / 'results.json'}")
+    runs: list[Path] = args.run_dir
+    if len({run.resolve() for run in runs}) < len(runs):
+        raise ValueError(f"a run is named twice in {[str(run) for run in runs]}; name each once")
+    for run in runs:  # every refusal before the first run's minutes of probing
+        check_probe_run(run, args.checkpoint)
+    probed = {}
+    for run in runs:
+        probed[run] = probe_run(
+            run, args.examples, args.embedding, args.checkpoint, args.device, args.quiet
+        )
+        print_probe_results(run, probed[run])
+    if len(runs) > 1:
+        print(probe_summary(probed, same_config_but_seed(runs)))
+    return 0
+
+
+def print_probe_results(run: Path, results: dict) -> None:
+    """The main scores of one run's probe results, a line each."""
+    print(f"probe results: {run / 'probes' / 'results.json'}")
     for row in results.get("decoding", [])[:1]:
         print(
             f"decoding ({row['metric']}, every layer and head): held out {row['test']:.3f}, "
@@ -107,7 +128,78 @@ def run_probe(args: argparse.Namespace) -> int:
     for row in results.get("rule_swaps", []):
         print(f"codes of {row['rules'][0]} and {row['rules'][1]} swapped (layer {row['layer']}): "
               f"{_change(row)}")  # fmt: skip
-    return 0
+
+
+def summary_scores(results: dict) -> dict[str, float | None]:
+    """One run's headline probe scores (``None``: undefined, e.g. constant codes): decoding
+    from every layer and head with its chance level, or z's best OOD R² over the decoding
+    sites; k-means ARI; topographic ρ; heads beyond two standard errors when ablated."""
+    scores: dict[str, float | None] = {}
+    for row in results.get("decoding", [])[:1]:
+        label = metric_label(row["metric"])
+        scores[f"decoding {label}"] = row["test"]
+        scores[f"{label} chance"] = row["chance"]
+    if results.get("z_decoding"):
+        scores["z OOD R² (best site)"] = max(row["r2_ood"] for row in results["z_decoding"])
+    if "clustering" in results:
+        scores["k-means ARI"] = results["clustering"]["kmeans"]["ari"]
+    if "topography" in results:
+        scores["topographic ρ"] = results["topography"]["rho"]
+    if results.get("ablation"):
+        scores["heads > 2 SE"] = beyond_noise(results["ablation"])
+    return scores
+
+
+def probe_summary(probed: dict[Path, dict], seeds_only: bool) -> str:
+    """A table of every run's :func:`summary_scores`, a row each, and, when the runs differ
+    only in their seed (``seeds_only``), their mean ± sample std (over the runs where a
+    score is defined, their number given where that is not all). A run is labelled by its
+    directory's name, or its path where two names coincide; "-" marks a score its task has
+    not."""
+    unique = len({run.name for run in probed}) == len(probed)
+    rows = {run.name if unique else str(run): summary_scores(r) for run, r in probed.items()}
+    names = list(dict.fromkeys(name for scores in rows.values() for name in scores))
+    cells = {
+        label: [_score(scores[name]) if name in scores else "-" for name in names]
+        for label, scores in rows.items()
+    }
+    if seeds_only:
+        cells[f"mean ± std ({len(rows)} seeds)"] = [
+            _mean_std([scores.get(name) for scores in rows.values()]) for name in names
+        ]
+    table = [["run", *names], *([label, *row] for label, row in cells.items())]
+    widths = [max(map(len, column)) + 2 for column in zip(*table, strict=True)]
+    return "\n".join(
+        f"{row[0]:<{widths[0]}}"
+        + "".join(f"{c:>{w}}" for c, w in zip(row[1:], widths[1:], strict=True))
+        for row in table
+    )
+
+
+def _score(value: float | None) -> str:
+    if value is None:
+        return "undefined"
+    return str(value) if isinstance(value, int) else f"{value:.3f}"
+
+
+def _mean_std(values: list[float | None]) -> str:
+    defined = [v for v in values if v is not None]
+    if len(defined) < 2:
+        return "n/a"
+    text = f"{statistics.mean(defined):.3f} ± {statistics.stdev(defined):.3f}"
+    return text if len(defined) == len(values) else f"{text} (of {len(defined)})"
+
+
+def same_config_but_seed(runs: list[Path]) -> bool:
+    """Whether the runs' stored configs are equal apart from the training seed (a seed
+    sweep, whose scores may be averaged) rather than different models or tasks."""
+
+    def without_seed(run: Path) -> dict:
+        config = RunDirectory(run).read_config()
+        return {**config, "train": {k: v for k, v in config["train"].items() if k != "seed"}}
+
+    first = without_seed(runs[0])
+    return all(without_seed(run) == first for run in runs[1:])
 
 
 def _change(row: dict) -> str:

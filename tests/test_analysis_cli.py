@@ -114,8 +114,23 @@ def test_figures_of_several_runs_draw_them_side_by_side(tmp_path: Path, capsys) 
                 "--eval-every", "2", "--batch-size", "16", "--eval-examples", "32",
                 "--run-dir", str(run), "--quiet", "--device", "cpu"]  # fmt: skip
         assert main(args) == 0
-        assert main(["probe", str(run), "--examples", "64", "--quiet", "--device", "cpu"]) == 0
-    capsys.readouterr()
+    # Every run is checked before the first is probed: a missing one changes nothing.
+    options = ["--examples", "64", "--quiet", "--device", "cpu"]
+    assert main(["probe", *map(str, runs), str(tmp_path / "missing"), *options]) == 2
+    assert "missing is not a run directory" in capsys.readouterr().err
+    assert not any((run / "probes").exists() for run in runs)
+    assert main(["probe", *map(str, runs), *options]) == 0
+    table = capsys.readouterr().out.splitlines()[-3:]  # two variants: no mean over them
+    assert table[0].split() == ["run", "decoding", "R²", "R²", "chance", "k-means", "ARI",
+                                "topographic", "ρ", "heads", ">", "2", "SE"]  # fmt: skip
+    for run, line in zip(runs, table[1:], strict=True):
+        results = json.loads((run / "probes" / "results.json").read_text())
+        decoding = results["decoding"][0]
+        assert line.split()[:3] == [
+            run.name,
+            f"{decoding['test']:.3f}",
+            f"{decoding['chance']:.3f}",
+        ]
 
     assert main(["figures", *map(str, runs), "--formats", "png"]) == 0
 
@@ -133,3 +148,46 @@ def test_figures_of_several_runs_draw_them_side_by_side(tmp_path: Path, capsys) 
     assert "give at least two runs" in capsys.readouterr().err
     assert main(["figures", str(runs[0]), str(runs[0])]) == 2
     assert "at least two runs with different names" in capsys.readouterr().err
+
+
+def test_probe_summary_averages_seeds_and_marks_undefined_and_missing_scores(tmp_path) -> None:
+    from latentlens.cli_analysis import probe_summary, same_config_but_seed
+
+    def results(test: float, ari: float | None, changes: list[float]) -> dict:
+        return {
+            "decoding": [{"metric": "accuracy", "test": test, "chance": 0.25}],
+            "clustering": {"kmeans": {"ari": ari}},
+            "topography": {"rho": 0.5},
+            "ablation": [{"change": c, "standard_error": 0.1} for c in changes],
+        }
+
+    probed = {
+        Path("a/s0"): results(0.5, 0.1, [0.3, 0.0]),
+        Path("a/s1"): results(0.7, 0.3, [0.3, 0.3]),
+        Path("a/s2"): results(0.9, None, [0.0, 0.0]),
+    }
+    rows = [line.split() for line in probe_summary(probed, seeds_only=True).splitlines()]
+    assert rows[1] == ["s0", "0.500", "0.250", "0.100", "0.500", "1"]
+    assert rows[3] == ["s2", "0.900", "0.250", "undefined", "0.500", "0"]
+    # mean ± sample std; the ARI over the two seeds that define it, and says so
+    assert rows[4] == ["mean", "±", "std", "(3", "seeds)", "0.700", "±", "0.200", "0.250", "±",
+                       "0.000", "0.200", "±", "0.141", "(of", "2)", "0.500", "±", "0.000",
+                       "1.000", "±", "1.000"]  # fmt: skip
+    # Different models are not averaged; a score a task has not is "-"; equal names get paths.
+    modular = {"z_decoding": [{"r2_ood": 0.2}, {"r2_ood": 0.6}]}
+    lines = probe_summary({Path("a/s0"): probed[Path("a/s0")], Path("b/s0"): modular}, False)
+    rows = [line.split() for line in lines.splitlines()]
+    assert rows[0][-5:] == ["z", "OOD", "R²", "(best", "site)"] and len(rows) == 3
+    assert rows[1][0] == "a/s0" and rows[1][-1] == "-"
+    assert rows[2] == ["b/s0", "-", "-", "-", "-", "-", "0.600"]
+
+    def write(run: str, seed: int, attention: str) -> Path:
+        config = {"model": {"attention": attention}, "task": {"name": "sraven"},
+                  "train": {"seed": seed, "steps": 10}}  # fmt: skip
+        (tmp_path / run).mkdir()
+        (tmp_path / run / "config.json").write_text(json.dumps(config))
+        return tmp_path / run
+
+    seeds = [write("s0", 0, "hyla"), write("s1", 1, "hyla")]
+    assert same_config_but_seed(seeds)
+    assert not same_config_but_seed([*seeds, write("softmax", 0, "softmax")])

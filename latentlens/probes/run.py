@@ -24,6 +24,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
+from latentlens.models.registry import resolve_model_kind
 from latentlens.probes.codes import CodeSet, fuzzy_logic_codes, sraven_codes, sraven_key_positions
 from latentlens.probes.decoding import decoding_table
 from latentlens.probes.interventions import head_ablation_table, patch_latent_code, swap_rule_codes
@@ -37,7 +38,8 @@ from latentlens.probes.structure import (
 )
 from latentlens.probes.tracking import LatentDecodingTracker
 from latentlens.tasks.sraven import RULE_NAMES
-from latentlens.training.checkpoint import atomic_write_bytes
+from latentlens.training.checkpoint import atomic_write_bytes, select_checkpoint
+from latentlens.training.run_dir import RunDirectory
 from latentlens.training.trainer import Trainer
 
 RESULTS = "results.json"
@@ -174,6 +176,31 @@ PROTOCOLS = {
 }
 
 
+def probe_protocol(config: dict[str, Any]) -> tuple[Callable, int]:
+    """The protocol of a run's stored ``config`` and its number of stages; a ``ValueError``
+    where there is none (the encoder-decoder's translation, whose analysis is recorded while
+    it trains)."""
+    task, kind = config["task"]["name"], resolve_model_kind(config.get("model_kind", "transformer"))
+    if kind == "transformer" and task in PROTOCOLS or task == "modular-icl":
+        return PROTOCOLS[task]
+    problem = f"latentlens probe has no protocol for the {kind} model on "
+    if task != "translation":
+        raise ValueError(problem + task)
+    raise ValueError(
+        problem + "translation: its analysis is recorded while it trains (fuse weights "
+        "and routing in RUN/tracking/*.safetensors, CTER and BLEU in "
+        "RUN/tracking/translation_quality.jsonl); draw it with: latentlens figures RUN"
+    )
+
+
+def check_probe_run(run_dir: str | Path, checkpoint: int | None = None) -> None:
+    """What :func:`probe_run` would refuse about ``run_dir``, found from its files alone
+    (no model is built): not a run, no protocol for its task and model, no such checkpoint."""
+    directory = RunDirectory(run_dir)
+    probe_protocol(directory.read_config())
+    select_checkpoint(directory.checkpoints, checkpoint)
+
+
 def probe_run(
     run_dir: str | Path,
     examples: int = 2_048,
@@ -183,17 +210,8 @@ def probe_run(
     quiet: bool = False,
 ) -> dict[str, Any]:
     """Run the task's probes on a trained run and write ``probes/results.json``."""
+    protocol, stages = probe_protocol(RunDirectory(run_dir).read_config())
     trainer = Trainer.load(run_dir, checkpoint, device)
-    if trainer.model_kind != "transformer" and trainer.task_name != "modular-icl":
-        problem = f"latentlens probe has no protocol for the {trainer.model_kind} model on "
-        if trainer.task_name != "translation":
-            raise ValueError(problem + trainer.task_name)
-        raise ValueError(
-            problem + "translation: its analysis is recorded while it trains (fuse weights "
-            "and routing in RUN/tracking/*.safetensors, CTER and BLEU in "
-            "RUN/tracking/translation_quality.jsonl); draw it with: latentlens figures RUN"
-        )
-    protocol, stages = PROTOCOLS[trainer.task_name]
     bar = tqdm(total=stages, desc=f"probe {Path(run_dir).name}", disable=quiet, leave=False)
 
     def step(stage: str) -> None:

@@ -48,6 +48,20 @@ def list_checkpoints(directory: Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
+def select_checkpoint(directory: Path, step: int | None = None) -> tuple[int, Path]:
+    """``(step, path)`` of the checkpoint of ``step`` in ``directory`` (default: the newest);
+    a :class:`CheckpointError` naming what there is when it is not there."""
+    found = dict(list_checkpoints(directory))
+    if not found:
+        raise CheckpointError(f"{directory} holds no checkpoint")
+    step = max(found) if step is None else step
+    if step not in found:
+        raise CheckpointError(
+            f"no checkpoint of step {step} in {directory}; available: {sorted(found)}"
+        )
+    return step, found[step]
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` via a temporary file, fsync and rename."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")

@@ -36,6 +36,7 @@ from latentlens.training.checkpoint import (
     list_checkpoints,
     load_checkpoint,
     save_checkpoint,
+    select_checkpoint,
 )
 from latentlens.training.config import TrainConfig
 from latentlens.training.distributed import init_distributed
@@ -289,17 +290,9 @@ class Trainer:
         step ``checkpoint`` (default: the newest); nothing on disk changes."""
         directory = RunDirectory(run_dir)
         config = directory.read_config()
-        found = dict(list_checkpoints(directory.checkpoints))
-        if not found:
-            raise CheckpointError(f"{directory.checkpoints} holds no checkpoint")
-        step = max(found) if checkpoint is None else checkpoint
-        if step not in found:
-            raise CheckpointError(
-                f"no checkpoint of step {step} in {directory.checkpoints}; "
-                f"available: {sorted(found)}"
-            )
+        _, path = select_checkpoint(directory.checkpoints, checkpoint)
         trainer = cls(directory, config, device=device, quiet=True)
-        trainer.restore(load_checkpoint(found[step]))
+        trainer.restore(load_checkpoint(path))
         trainer.model.eval()
         return trainer
 
