@@ -193,13 +193,8 @@ def _mean_std(values: list[float | None]) -> str:
 def same_config_but_seed(runs: list[Path]) -> bool:
     """Whether the runs' stored configs are equal apart from the training seed (a seed
     sweep, whose scores may be averaged) rather than different models or tasks."""
-
-    def without_seed(run: Path) -> dict:
-        config = RunDirectory(run).read_config()
-        return {**config, "train": {k: v for k, v in config["train"].items() if k != "seed"}}
-
-    first = without_seed(runs[0])
-    return all(without_seed(run) == first for run in runs[1:])
+    first = RunDirectory(runs[0]).config_without_seed()
+    return all(RunDirectory(run).config_without_seed() == first for run in runs[1:])
 
 
 def _change(row: dict) -> str:

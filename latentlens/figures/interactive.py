@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import plotly.graph_objects as go
 
 from latentlens.figures.axes import metric_label
 from latentlens.figures.probes import legend_order
-from latentlens.figures.training import default_metric, split_title, split_titles
+from latentlens.figures.training import (
+    RunOrSeeds,
+    as_run_list,
+    default_metric,
+    seed_curve,
+    split_title,
+    split_titles,
+)
 from latentlens.training.run_dir import RunDirectory
 
 
@@ -53,30 +59,32 @@ def code_embedding_plotly(results: Mapping[str, Any], title: str = "") -> go.Fig
     return figure
 
 
-def metric_curves_plotly(runs: Mapping[str, str | Path], metric: str | None = None) -> go.Figure:
-    """The task metric over training, one line per run and split (dashes per split)."""
+def metric_curves_plotly(runs: Mapping[str, RunOrSeeds], metric: str | None = None) -> go.Figure:
+    """The task metric over training, one line per run and split (dashes per split); a
+    label mapped to several runs (one configuration's seeds) is drawn as their mean with a
+    ± one sample standard deviation band, as :func:`metric_curves` does."""
     figure = go.Figure()
     dashes = ["solid", "dash", "dot", "dashdot"]
-    for index, (label, path) in enumerate(runs.items()):
-        records = RunDirectory(path).read_metrics()
+    for index, (label, paths) in enumerate(runs.items()):
+        paths = as_run_list(paths)
+        records = RunDirectory(paths[0]).read_metrics()
         if not records:
-            raise ValueError(f"{path} has no metrics.jsonl records: train the run first")
+            raise ValueError(f"{paths[0]} has no metrics.jsonl records: train the run first")
         metric = metric or default_metric(records)
-        splits = list(dict.fromkeys(r["split"] for r in records))
-        titles = split_titles(path)
-        for s_index, split in enumerate(splits):
-            rows = [r for r in records if r["split"] == split]
-            figure.add_trace(
-                go.Scatter(
-                    x=[r["step"] for r in rows],
-                    y=[r[metric] for r in rows],
-                    name=f"{label}, {split_title(split, titles)}",
-                    line={
-                        "color": f"hsl({(index * 97) % 360}, 60%, 45%)",
-                        "dash": dashes[s_index % len(dashes)],
-                    },
-                )  # fmt: skip
-            )
+        titles = split_titles(paths[0])
+        hue = (index * 97) % 360
+        seeds = f" (mean ± std, {len(paths)} seeds)" if len(paths) > 1 else ""
+        for s_index, split in enumerate(dict.fromkeys(r["split"] for r in records)):
+            steps, values, std = seed_curve(paths, split, metric)
+            name = f"{label}{seeds}, {split_title(split, titles)}"
+            if len(paths) > 1:  # the band: its lower edge, then the upper edge filled to it
+                for edge, fill in ((values - std, None), (values + std, "tonexty")):
+                    band = go.Scatter(x=steps, y=edge, mode="lines", line={"width": 0}, fill=fill,
+                                      fillcolor=f"hsla({hue}, 60%, 45%, 0.2)", legendgroup=name,
+                                      showlegend=False, hoverinfo="skip")  # fmt: skip
+                    figure.add_trace(band)
+            line = {"color": f"hsl({hue}, 60%, 45%)", "dash": dashes[s_index % len(dashes)]}
+            figure.add_trace(go.Scatter(x=steps, y=values, name=name, legendgroup=name, line=line))
     figure.update_layout(
         xaxis_title="training step",
         yaxis_title=metric_label(metric),

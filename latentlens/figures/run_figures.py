@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -26,6 +27,7 @@ from latentlens.figures.training import (
 from latentlens.training.run_dir import RunDirectory, read_jsonl
 
 PROBE_RESULTS = Path("probes") / "results.json"
+SEED_SUFFIX = re.compile(r"-s\d+$")
 
 
 def _probe_results(run: Path) -> dict | None:
@@ -96,27 +98,59 @@ def comparison_figures(
     run_dirs: Sequence[str | Path], out: str | Path, formats: Sequence[str] = ("png", "svg")
 ) -> dict[str, Path]:
     """Runs side by side, each labelled by its directory's name, into ``out``: their metric
-    curves (also interactive HTML) and, where at least two were probed, their clustering
-    and topographic similarity. Returns ``{figure name: first file written}``."""
-    runs = {Path(run).name: Path(run) for run in run_dirs}
-    if len(runs) < 2:
+    curves (also interactive HTML; the seeds of one configuration as their mean ± std, see
+    :func:`seed_groups`) and, where at least two were probed, their clustering and
+    topographic similarity. Returns ``{figure name: first file written}``."""
+    runs = [Path(run) for run in run_dirs]
+    if len({run.name for run in runs}) < 2:
         raise ValueError(
             f"a comparison needs at least two runs with different names, got {list(runs)}"
         )
-    for run in runs.values():
-        RunDirectory(run).read_config()  # a clear error if this is not a run directory
+    groups = seed_groups(runs)  # a clear error if one is not a run directory
     out = Path(out)
     written = {
-        "metrics": save_figure(metric_curves(runs), out / "metrics", formats)[0],
+        "metrics": save_figure(metric_curves(groups), out / "metrics", formats)[0],
         "metrics_interactive": save_plotly(
-            metric_curves_plotly(runs), out / "metrics_interactive.html"
+            metric_curves_plotly(groups), out / "metrics_interactive.html"
         ),
     }
     scored = {
-        label: results
-        for label, run in runs.items()
-        if "clustering" in (results := _probe_results(run) or {})
+        run.name: results for run in runs if "clustering" in (results := _probe_results(run) or {})
     }
     if len(scored) >= 2:
         written["structure"] = save_figure(structure_scores(scored), out / "structure", formats)[0]
     return written
+
+
+def seed_groups(runs: Sequence[Path]) -> dict[str, list[Path]]:
+    """The runs grouped by their config less the seed (the seeds of one configuration go
+    together), in the order first met. A group is labelled by its runs' common name less
+    the ``-sSEED`` suffix ``train --seeds`` gives (``hyla`` for ``hyla-s0``, ``hyla-s1``),
+    a lone run by its name, and where that stem is not unique by its runs' names. Figures
+    label runs by name, so two runs of one name are an error."""
+    for index, run in enumerate(runs):
+        if twin := next((other for other in runs[:index] if other.name == run.name), None):
+            raise ValueError(
+                f"{twin} and {run} share the name {run.name}: runs are labelled by name in a "
+                "comparison; compare runs of different names"
+            )
+    grouped: list[tuple[dict, list[Path]]] = []
+    for run in runs:
+        config = RunDirectory(run).config_without_seed()
+        match = next((paths for key, paths in grouped if key == config), None)
+        if match is None:
+            grouped.append((config, [run]))
+        else:
+            match.append(run)
+    labels = [_group_label(paths) for _, paths in grouped]
+    names = [", ".join(p.name for p in paths) for _, paths in grouped]  # unique: names differ
+    labels = [a if labels.count(a) == 1 else b for a, b in zip(labels, names, strict=True)]
+    return dict(zip(labels, (paths for _, paths in grouped), strict=True))
+
+
+def _group_label(paths: Sequence[Path]) -> str:
+    """``hyla`` for ``hyla-s0``, ``hyla-s1``; the names themselves otherwise."""
+    stems = {SEED_SUFFIX.sub("", path.name) for path in paths}
+    if len(paths) > 1 and len(stems) == 1:
+        return stems.pop()
+    return ", ".join(path.name for path in paths)

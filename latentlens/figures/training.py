@@ -44,51 +44,84 @@ def default_metric(records: Sequence[dict]) -> str:
     return next((k for k in records[0] if k not in ("step", "split", "loss")), "loss")
 
 
+RunOrSeeds = str | Path | Sequence[str | Path]
+
+
+def as_run_list(runs: RunOrSeeds) -> list[Path]:
+    """One run directory, or the runs of one configuration's seeds, as a list."""
+    return [Path(runs)] if isinstance(runs, str | Path) else [Path(run) for run in runs]
+
+
+def seed_curve(
+    runs: Sequence[str | Path], split: str, metric: str
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(steps, mean, std)`` of ``metric`` on ``split`` over ``runs`` (the seeds of one
+    configuration) at the steps every one of them evaluated; std is the sample standard
+    deviation (ddof 1), zeros for a single run. Empty arrays where no step is shared."""
+    curves = [
+        {r["step"]: r[metric] for r in _metric_records(run) if r["split"] == split} for run in runs
+    ]
+    steps = sorted(set.intersection(*(set(curve) for curve in curves)))
+    values = np.array([[curve[step] for step in steps] for curve in curves], dtype=float)
+    std = values.std(axis=0, ddof=1) if len(runs) > 1 else np.zeros(len(steps))
+    return np.array(steps), values.mean(axis=0), std
+
+
 def metric_curves(
-    runs: Mapping[str, str | Path],
+    runs: Mapping[str, RunOrSeeds],
     metric: str | None = None,
     splits: Sequence[str] | None = None,
     ylim: tuple[float, float] | None = None,
 ) -> Figure:
     """One panel per split, one line per run: ``metric`` against the training step.
 
-    ``runs`` maps a legend label (e.g. ``"HYLA"``) to a run directory; ``metric`` defaults
-    to the task's (R² or accuracy). ``splits`` defaults to every split the first run
-    evaluated; panels are titled as the first run's task describes its splits. ``ylim``
-    fixes the y-axis (R² curves of bad models can dive far below 0 and flatten the rest).
+    ``runs`` maps a legend label (e.g. ``"HYLA"``) to a run directory, or to the run
+    directories of one configuration's seeds: those are drawn as their mean with a band of
+    ± one sample standard deviation, at the steps all of them evaluated, labelled with
+    their number. ``metric`` defaults to the task's (R² or accuracy). ``splits`` defaults
+    to every split the first run evaluated; panels are titled as the first run's task
+    describes its splits. ``ylim`` fixes the y-axis (R² curves of bad models can dive far
+    below 0 and flatten the rest).
     """
     if not runs:
         raise ValueError("metric_curves needs at least one run")
-    loaded = {label: _metric_records(path) for label, path in runs.items()}
-    first = next(iter(loaded.values()))
-    metric = metric or default_metric(first)
-    for label, records in loaded.items():
-        if metric not in records[0]:
-            raise ValueError(
-                f"the run {label!r} has no metric {metric!r}; it logs {sorted(records[0])}"
-            )
-    splits = list(splits or dict.fromkeys(r["split"] for r in first))
-    titles = split_titles(next(iter(runs.values())))
+    groups = {label: as_run_list(paths) for label, paths in runs.items()}
+    for label, paths in groups.items():
+        if not paths:
+            raise ValueError(f"{label!r} names no run directory")
+        for path in paths:
+            records = _metric_records(path)
+            metric = metric or default_metric(records)
+            if metric not in records[0]:
+                raise ValueError(
+                    f"the run {label!r} ({path}) has no metric {metric!r}; it logs "
+                    f"{sorted(records[0])}"
+                )
+    first = next(iter(groups.values()))[0]
+    splits = list(splits or dict.fromkeys(r["split"] for r in _metric_records(first)))
+    titles = split_titles(first)
     figure = Figure(figsize=(4.2 * len(splits), 3.4), layout="constrained")
     clipped = False
     axes = figure.subplots(1, len(splits), sharey=True, squeeze=False)[0]
     for ax, split in zip(axes, splits, strict=True):
-        for label, records in loaded.items():
-            points = [(r["step"], r[metric]) for r in records if r["split"] == split]
-            if not points:
+        for label, paths in groups.items():
+            steps, values, std = seed_curve(paths, split, metric)
+            if not len(steps):
                 continue
-            steps, values = zip(*points, strict=True)
+            name = label if len(paths) == 1 else f"{label} (mean ± std, {len(paths)} seeds)"
+            shown = values if ylim is None else np.clip(values, *ylim)
+            (line,) = ax.plot(steps, shown, marker="o", markersize=3, label=name)
+            if len(paths) > 1:
+                low, high = values - std, values + std
+                if ylim is not None:
+                    low, high = np.clip(low, *ylim), np.clip(high, *ylim)
+                ax.fill_between(steps, low, high, color=line.get_color(), alpha=0.2, lw=0)
             if ylim is None:
-                ax.plot(steps, values, marker="o", markersize=3, label=label)
                 continue
             # Values beyond ylim are drawn on its edge as open triangles, not hidden.
-            shown = np.clip(values, *ylim)
-            (line,) = ax.plot(steps, shown, marker="o", markersize=3, label=label)
-            below = np.asarray(values) < ylim[0]
-            above = np.asarray(values) > ylim[1]
-            for outside, marker in ((below, "v"), (above, "^")):
+            for outside, marker in ((values < ylim[0], "v"), (values > ylim[1], "^")):
                 if outside.any():
-                    ax.plot(np.asarray(steps)[outside], shown[outside], linestyle="none",
+                    ax.plot(steps[outside], shown[outside], linestyle="none",
                             marker=marker, markersize=7, markerfacecolor="white",
                             color=line.get_color(), clip_on=False, zorder=3)  # fmt: skip
                     clipped = True

@@ -68,6 +68,15 @@ class RunDirectory:
         except json.JSONDecodeError as err:
             raise ValueError(f"{self.config_path} is corrupt ({err})") from None
 
+    def config_without_seed(self) -> dict[str, Any]:
+        """The stored config less its training seed: equal for the seeds of one configuration
+        (a seed sweep), different for different models, tasks or training settings."""
+        config = self.read_config()
+        train = config.get("train")
+        if not isinstance(train, dict):
+            raise ValueError(f"{self.config_path} has no 'train' section: it is not a run's config")
+        return {**config, "train": {k: v for k, v in train.items() if k != "seed"}}
+
     def write_config(self, config: dict[str, Any]) -> None:
         self.path.mkdir(parents=True, exist_ok=True)
         text = json.dumps(config, indent=2, sort_keys=True) + "\n"

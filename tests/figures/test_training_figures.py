@@ -146,3 +146,50 @@ def test_step_axes_tick_whole_steps_only(tmp_path: Path) -> None:
     ticks = [tick for ax in figure.axes for tick in ax.get_xticks()]
     assert len(ticks) > 3 and all(float(tick).is_integer() for tick in ticks)
     assert all(ax.get_xlabel() == "training step" for ax in figure.axes)
+
+
+def test_the_seeds_of_one_label_are_drawn_as_mean_and_std_band(tmp_path: Path) -> None:
+    """Two seeds, r2 = shift + step/100 with shifts 0.0 and 0.2: mean shift 0.1, sample std
+    0.2/sqrt(2), at the steps both evaluated (the second stopped at step 20)."""
+    seeds = [write_run(tmp_path / "a", 0.0), write_run(tmp_path / "b", 0.2, steps=(10, 20))]
+    figure = metric_curves({"hyla": seeds, "softmax": write_run(tmp_path / "c", 0.5)}, "r2")
+    ax = figure.axes[1]  # ood
+    mean, single = ax.lines
+    assert list(mean.get_xdata()) == [10, 20]
+    assert list(mean.get_ydata()) == pytest.approx([0.2, 0.3])
+    (band,) = ax.collections
+    corners = band.get_paths()[0].vertices
+    std = 0.2 / 2**0.5
+    assert corners[:, 1].min() == pytest.approx(0.2 - std)
+    assert corners[:, 1].max() == pytest.approx(0.3 + std)
+    assert list(single.get_ydata()) == pytest.approx([0.6, 0.7, 0.8])
+    legend = [t.get_text() for t in figure.axes[0].get_legend().get_texts()]
+    assert legend == ["hyla (mean ± std, 2 seeds)", "softmax"]
+    plotly = metric_curves_plotly({"hyla": seeds}, "r2")
+    low, high, line = plotly.data[3:6]  # ood: the band's edges, then the mean
+    assert list(low.y) == pytest.approx([0.2 - std, 0.3 - std]) and low.fill is None
+    assert list(high.y) == pytest.approx([0.2 + std, 0.3 + std]) and high.fill == "tonexty"
+    assert line.name == "hyla (mean ± std, 2 seeds), ood" and list(line.x) == [10, 20]
+    with pytest.raises(ValueError, match="'hyla' names no run directory"):
+        metric_curves({"hyla": []})
+
+
+def test_comparisons_group_the_seeds_of_one_configuration(tmp_path: Path) -> None:
+    from latentlens.figures.run_figures import seed_groups
+
+    def run(name: str, seed: int, attention: str, parent: str = "") -> Path:
+        path = tmp_path / parent / name
+        path.mkdir(parents=True)
+        config = {"model": {"attention": attention}, "task": {"name": "fuzzy-logic"},
+                  "train": {"seed": seed, "steps": 10}}  # fmt: skip
+        (path / "config.json").write_text(json.dumps(config))
+        return path
+
+    hyla = [run("hyla-s0", 0, "hyla"), run("hyla-s1", 1, "hyla")]
+    softmax = run("softmax", 0, "softmax")
+    assert seed_groups([hyla[0], softmax, hyla[1]]) == {"hyla": hyla, "softmax": [softmax]}
+    # two configurations whose seeds share a stem are told apart by their runs' names
+    other = [run("hyla-s2", 2, "linear", "b"), run("hyla-s3", 3, "linear", "b")]
+    assert seed_groups([*hyla, *other]) == {"hyla-s0, hyla-s1": hyla, "hyla-s2, hyla-s3": other}
+    with pytest.raises(ValueError, match="share the name hyla-s0"):
+        seed_groups([*hyla, run("hyla-s0", 0, "hyla", "c")])
