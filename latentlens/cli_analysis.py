@@ -11,7 +11,7 @@ from latentlens.devices import DEVICE_CHOICES
 from latentlens.figures.axes import metric_label
 from latentlens.figures.probes import BEYOND_TWO_ERRORS, beyond_noise
 from latentlens.figures.save import MATPLOTLIB_FORMATS
-from latentlens.training.run_dir import RunDirectory
+from latentlens.training.run_dir import seeds_of_one_config
 
 
 def add_analysis_parsers(commands: argparse._SubParsersAction) -> None:
@@ -91,7 +91,7 @@ def run_probe(args: argparse.Namespace) -> int:
         )
         print_probe_results(run, probed[run])
     if len(runs) > 1:
-        print(probe_summary(probed, same_config_but_seed(runs)))
+        print(probe_summary(probed, seeds_of_one_config(runs)))
     return 0
 
 
@@ -188,13 +188,6 @@ def _mean_std(values: list[float | None]) -> str:
         return "n/a"
     text = f"{statistics.mean(defined):.3f} ± {statistics.stdev(defined):.3f}"
     return text if len(defined) == len(values) else f"{text} (of {len(defined)})"
-
-
-def same_config_but_seed(runs: list[Path]) -> bool:
-    """Whether the runs' stored configs are equal apart from the training seed (a seed
-    sweep, whose scores may be averaged) rather than different models or tasks."""
-    first = RunDirectory(runs[0]).config_without_seed()
-    return all(RunDirectory(run).config_without_seed() == first for run in runs[1:])
 
 
 def _change(row: dict) -> str:

@@ -26,7 +26,9 @@ from latentlens.training import (
     model_for_task,
     seed_configs,
 )
+from latentlens.training.checkpoint import select_checkpoint
 from latentlens.training.distributed import shutdown_distributed
+from latentlens.training.run_dir import seeds_of_one_config
 
 # The names --model takes (train and inspect): every kind, its aliases, and translation's
 # "fusion" (the encoder-decoder with fuse-attention).
@@ -116,8 +118,14 @@ def add_train_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def add_eval_parser(commands: argparse._SubParsersAction) -> None:
-    evaluate = commands.add_parser("eval", help="print the metrics of a trained run")
-    evaluate.add_argument("run_dir", type=Path)
+    evaluate = commands.add_parser(
+        "eval",
+        help="print the metrics of a trained run",
+        description="Evaluate a trained run's checkpoint on its task's splits and print a "
+        "metrics table. Given several runs, a table each and, where the runs differ only in "
+        "their seed, each split's mean ± std over them.",
+    )
+    evaluate.add_argument("run_dir", type=Path, nargs="+", metavar="RUN_DIR")
     evaluate.add_argument(
         "--split", action="append", help="split(s) to evaluate (default: the task's eval splits)"
     )
@@ -318,14 +326,26 @@ def check_resume_flags(args: argparse.Namespace, stored: dict[str, Any], run: st
 
 
 def run_eval(args: argparse.Namespace) -> int:
-    trainer = Trainer.load(args.run_dir, args.checkpoint, args.device)
-    step = trainer.step
-    splits = args.split or list(trainer.task.eval_splits)
-    for split in splits:
-        trainer.task.check_split(split)
-    records = [{"step": step, "split": s, **trainer.evaluate(s, args.examples)} for s in splits]
-    print(f"run {trainer.run_dir.path}, checkpoint step {step}")
-    print_table(records)
+    runs: list[Path] = args.run_dir
+    if len({run.resolve() for run in runs}) < len(runs):
+        raise ValueError(f"a run is named twice in {[str(run) for run in runs]}; name each once")
+    for run in runs:  # every refusal before the first evaluation
+        RunDirectory(run).read_config()
+        select_checkpoint(RunDirectory(run).checkpoints, args.checkpoint)
+    evaluated = []
+    for run in runs:
+        trainer = Trainer.load(run, args.checkpoint, args.device)
+        splits = args.split or list(trainer.task.eval_splits)
+        for split in splits:
+            trainer.task.check_split(split)
+        records = [
+            {"step": trainer.step, "split": s, **trainer.evaluate(s, args.examples)} for s in splits
+        ]
+        print(f"run {trainer.run_dir.path}, checkpoint step {trainer.step}")
+        print_table(records)
+        evaluated.append(records)
+    if len(runs) > 1 and seeds_of_one_config(runs):
+        print_seed_summary(evaluated)
     return 0
 
 

@@ -151,7 +151,8 @@ def test_figures_of_several_runs_draw_them_side_by_side(tmp_path: Path, capsys) 
 
 
 def test_probe_summary_averages_seeds_and_marks_undefined_and_missing_scores(tmp_path) -> None:
-    from latentlens.cli_analysis import probe_summary, same_config_but_seed
+    from latentlens.cli_analysis import probe_summary
+    from latentlens.training.run_dir import seeds_of_one_config
 
     def results(test: float, ari: float | None, changes: list[float]) -> dict:
         return {
@@ -189,5 +190,5 @@ def test_probe_summary_averages_seeds_and_marks_undefined_and_missing_scores(tmp
         return tmp_path / run
 
     seeds = [write("s0", 0, "hyla"), write("s1", 1, "hyla")]
-    assert same_config_but_seed(seeds)
-    assert not same_config_but_seed([*seeds, write("softmax", 0, "softmax")])
+    assert seeds_of_one_config(seeds)
+    assert not seeds_of_one_config([*seeds, write("softmax", 0, "softmax")])

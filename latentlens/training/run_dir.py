@@ -91,3 +91,10 @@ class RunDirectory:
     def truncate_metrics(self, last_step: int) -> None:
         """Drop records after ``last_step`` (written after the checkpoint a resume uses)."""
         truncate_jsonl(self.metrics_path, last_step)
+
+
+def seeds_of_one_config(runs: list[Path]) -> bool:
+    """Whether the runs' stored configs are equal apart from the training seed (a seed
+    sweep, whose results may be averaged) rather than different models, tasks or settings."""
+    first = RunDirectory(runs[0]).config_without_seed()
+    return all(RunDirectory(run).config_without_seed() == first for run in runs[1:])

@@ -180,7 +180,15 @@ def test_the_cli_trains_and_resumes_seeds_together(tmp_path: Path, capsys) -> No
         assert {r["step"] for r in run.read_metrics()} == {10, 20}
         assert f"run directory: {run.path}" in out
     assert "mean ± std over 2 seeds" in out
+    summary = out[out.index("mean ± std over 2 seeds") :]
     assert main(["train", "--resume", f"{base}-s0", f"{base}-s5", "--device", "cpu"]) == 0
+    # eval of the seeds' runs ends with the same summary (same checkpoints, same eval draws)
+    capsys.readouterr()
+    assert main(["eval", f"{base}-s0", f"{base}-s5", "--device", "cpu"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("checkpoint step 20") == 2 and out.endswith(summary)
+    assert main(["eval", f"{base}-s0", str(tmp_path / "missing"), "--device", "cpu"]) == 2
+    assert "missing is not a run directory" in capsys.readouterr().err
     assert main(["train", *flags, "--seeds", "1", "2", "--seed", "3"]) == 2
     assert "drop --seed" in capsys.readouterr().err
     refused = ["train", *flags, "--seeds", "1", "2", "--cuda-graphs", "--run-dir", str(base)]
