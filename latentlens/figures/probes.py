@@ -166,15 +166,34 @@ def code_embedding(
     return figure
 
 
-def structure_scores(runs: Mapping[str, Mapping[str, Any]]) -> Figure:
+ResultsOrSeeds = Mapping[str, Any] | Sequence[Mapping[str, Any]]
+
+
+def _seed_score(values: Sequence[float | None]) -> tuple[float | None, float | None, int]:
+    """``(mean, sample std, how many defined)`` of one score over a group's runs, ``None``
+    where no run defines it (constant codes), std ``None`` under two defined values."""
+    defined = [v for v in values if v is not None]
+    if not defined:
+        return None, None, 0
+    std = float(np.std(defined, ddof=1)) if len(defined) > 1 else None
+    return float(np.mean(defined)), std, len(defined)
+
+
+def structure_scores(runs: Mapping[str, ResultsOrSeeds]) -> Figure:
     """Clustering (ARI and AMI, both adjusted for chance: 0 is what clusters that ignore the
     groups reach) and topographic similarity (Spearman ρ, with its permutation p-value) per
-    run; scores left undefined (codes identical for every example) are marked so. The axes
-    span the scores' ranges (ρ in [-1, 1]; ARI and AMI down to their lowest value when
+    run; scores left undefined (codes identical for every example) are marked so. A label
+    mapped to a list of results (one configuration's seeds) is drawn as their mean with a
+    ± one sample standard deviation error bar, over the seeds that define the score. The
+    axes span the scores' ranges (ρ in [-1, 1]; ARI and AMI down to their lowest value when
     negative), so a score near 0 looks near 0."""
     if not runs:
         raise ValueError("structure_scores needs at least one run's results")
-    labels = list(runs)
+    groups = {
+        label: [results] if isinstance(results, Mapping) else list(results)
+        for label, results in runs.items()
+    }
+    labels = [label if len(g) == 1 else f"{label}\n({len(g)} seeds)" for label, g in groups.items()]
     figure = Figure(figsize=(10, 3.4), layout="constrained")
     left, right = figure.subplots(1, 2, width_ratios=[2, 1])
     x = np.arange(len(labels))
@@ -185,28 +204,39 @@ def structure_scores(runs: Mapping[str, Mapping[str, Any]]) -> Figure:
         ("agglomerative", "ami", "agglomerative AMI"),
     ]
     width = 0.8 / len(bars)
-    clustering = [_require(runs[k], "clustering") for k in labels]
+    clustering = [[_require(r, "clustering") for r in group] for group in groups.values()]
     scores = []
     for index, (method, score, name) in enumerate(bars):
-        values = [c[method][score] for c in clustering]
-        heights = [0.0 if v is None else v for v in values]
-        left.bar(x + (index - 1.5) * width, heights, width, label=name)
-        scores += heights
-    for i, c in enumerate(clustering):
-        if any(c[method]["ari"] is None for method, _, _ in bars):
-            left.annotate("undefined:\nconstant codes", (i, 0.0), ha="center", va="bottom",
-                          fontsize=8)  # fmt: skip
+        summaries = [_seed_score([c[method][score] for c in group]) for group in clustering]
+        heights = [0.0 if mean is None else mean for mean, _, _ in summaries]
+        errors = [0.0 if std is None else std for _, std, _ in summaries]
+        shown = any(std is not None for _, std, _ in summaries)
+        left.bar(x + (index - 1.5) * width, heights, width, label=name,
+                 yerr=errors if shown else None, capsize=2)  # fmt: skip
+        scores += [h - e for h, e in zip(heights, errors, strict=True)]
+    for i, group in enumerate(clustering):
+        undefined = sum(c["kmeans"]["ari"] is None for c in group)
+        if undefined:
+            note = "constant codes" if undefined == len(group) else f"{undefined} of {len(group)}"
+            left.annotate(f"undefined:\n{note}", (i, 0.0), ha="center", va="bottom", fontsize=8)
     left.set_xticks(x, labels)
     left.set_ylabel("agreement with the true groups\n(0 = chance, 1 = exact)")
     _score_axis(left, scores)  # negative: worse-than-chance agreement
     left.legend(frameon=False, fontsize="small", ncols=2)
     left.set_title("clustering of latent codes")
-    topography = [_require(runs[k], "topography") for k in labels]
-    rho = [t["rho"] if t["rho"] is not None else 0.0 for t in topography]
-    right.bar(x, rho, color="C4")
-    for i, t in enumerate(topography):
-        note = "undefined:\nconstant codes" if t["rho"] is None else f"p={t['p_value']:.3g}"
-        right.annotate(note, (i, max(rho[i], 0.0)), ha="center", va="bottom", fontsize=8)
+    for i, group in enumerate(groups.values()):
+        topography = [_require(r, "topography") for r in group]
+        mean, std, defined = _seed_score([t["rho"] for t in topography])
+        height = 0.0 if mean is None else mean
+        right.bar(i, height, color="C4", yerr=std, capsize=3)
+        if mean is None:
+            note = "undefined:\nconstant codes"
+        elif len(group) == 1:
+            note = f"p={topography[0]['p_value']:.3g}"
+        else:
+            note = f"{defined} of {len(group)} defined" if defined < len(group) else ""
+        top = height + (std or 0.0)
+        right.annotate(note, (i, max(top, 0.0)), ha="center", va="bottom", fontsize=8)
     right.axhline(0, color="k", linewidth=0.8)
     right.set_ylim(-1, 1)
     right.set_xticks(x, [textwrap.fill(label, 10) for label in labels])  # a narrow panel

@@ -98,9 +98,9 @@ def comparison_figures(
     run_dirs: Sequence[str | Path], out: str | Path, formats: Sequence[str] = ("png", "svg")
 ) -> dict[str, Path]:
     """Runs side by side, each labelled by its directory's name, into ``out``: their metric
-    curves (also interactive HTML; the seeds of one configuration as their mean ± std, see
-    :func:`seed_groups`) and, where at least two were probed, their clustering and
-    topographic similarity. Returns ``{figure name: first file written}``."""
+    curves (also interactive HTML) and, where at least two were probed, their clustering and
+    topographic similarity; the seeds of one configuration (:func:`seed_groups`) are drawn
+    as their mean ± std. Returns ``{figure name: first file written}``."""
     runs = [Path(run) for run in run_dirs]
     if len({run.name for run in runs}) < 2:
         raise ValueError(
@@ -114,10 +114,13 @@ def comparison_figures(
             metric_curves_plotly(groups), out / "metrics_interactive.html"
         ),
     }
+    probed = {run: r for run in runs if "clustering" in (r := _probe_results(run) or {})}
     scored = {
-        run.name: results for run in runs if "clustering" in (results := _probe_results(run) or {})
+        label: [probed[run] for run in group if run in probed]
+        for label, group in groups.items()
+        if any(run in probed for run in group)
     }
-    if len(scored) >= 2:
+    if len(probed) >= 2:
         written["structure"] = save_figure(structure_scores(scored), out / "structure", formats)[0]
     return written
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import plotly.graph_objects as go
 import pytest
+from matplotlib.container import BarContainer
 
 from latentlens.figures import (
     code_embedding,
@@ -281,3 +282,28 @@ def test_head_ablation_gives_each_stack_of_an_encoder_decoder_its_own_rows() -> 
     assert "token accuracy" in ax.get_title()
     one_stack = head_ablation(fake_results()).axes[0]
     assert [t.get_text() for t in one_stack.get_yticklabels()] == ["0", "1"]
+
+
+def test_structure_of_seeds_is_their_mean_with_a_std_error_bar() -> None:
+    """Two seeds with k-means ARI 0.2 and 0.6 and ρ 0.1 and 0.5: bars at 0.4 and 0.3, error
+    bars of one sample std (0.4/sqrt(2) = 0.283); a seed with constant codes is left out
+    of its group's mean and counted."""
+    seeds = [fake_results(), fake_results()]
+    for results, ari, rho in zip(seeds, (0.2, 0.6), (0.1, 0.5), strict=True):
+        results["clustering"]["kmeans"]["ari"] = ari
+        results["topography"] = {"rho": rho, "p_value": 0.01}
+    constant = fake_results()
+    constant["clustering"]["kmeans"] = dict.fromkeys(("ari", "ami", "nmi", "nmi_shuffled"))
+    figure = structure_scores({"hyla": seeds, "mixed": [fake_results(), constant]})
+    clustering, topography = figure.axes
+    kmeans_ari = next(c for c in clustering.containers if isinstance(c, BarContainer))
+    assert [bar.get_height() for bar in kmeans_ari] == pytest.approx([0.4, 0.5])
+    (bounds,) = kmeans_ari.errorbar.lines[2]  # the vertical error segments
+    low, high = bounds.get_segments()[0][:, 1]
+    std = 0.4 / 2**0.5
+    assert (low, high) == pytest.approx((0.4 - std, 0.4 + std))
+    # the mixed group: one defined ARI, so no spread; its undefined seed is named
+    assert bounds.get_segments()[1][:, 1] == pytest.approx([0.5, 0.5])
+    assert [t.get_text() for t in clustering.texts] == ["undefined:\n1 of 2"]
+    assert topography.patches[0].get_height() == pytest.approx(0.3)
+    assert [t.get_text() for t in topography.get_xticklabels()][0] == "hyla (2\nseeds)"
