@@ -11,7 +11,7 @@ from latentlens.devices import DEVICE_CHOICES
 from latentlens.figures.axes import metric_label
 from latentlens.figures.probes import BEYOND_TWO_ERRORS, beyond_noise
 from latentlens.figures.save import MATPLOTLIB_FORMATS
-from latentlens.training.run_dir import seeds_of_one_config
+from latentlens.training.run_dir import require_distinct, seeds_of_one_config
 
 
 def add_analysis_parsers(commands: argparse._SubParsersAction) -> None:
@@ -80,8 +80,7 @@ def run_probe(args: argparse.Namespace) -> int:
     if args.examples < 4:
         raise ValueError(f"--examples={args.examples} is too few; use at least 4")
     runs: list[Path] = args.run_dir
-    if len({run.resolve() for run in runs}) < len(runs):
-        raise ValueError(f"a run is named twice in {[str(run) for run in runs]}; name each once")
+    require_distinct(runs)
     for run in runs:  # every refusal before the first run's minutes of probing
         check_probe_run(run, args.checkpoint)
     probed = {}

@@ -28,7 +28,7 @@ from latentlens.training import (
 )
 from latentlens.training.checkpoint import select_checkpoint
 from latentlens.training.distributed import shutdown_distributed
-from latentlens.training.run_dir import seeds_of_one_config
+from latentlens.training.run_dir import require_distinct, seeds_of_one_config
 
 # The names --model takes (train and inspect): every kind, its aliases, and translation's
 # "fusion" (the encoder-decoder with fuse-attention).
@@ -327,8 +327,7 @@ def check_resume_flags(args: argparse.Namespace, stored: dict[str, Any], run: st
 
 def run_eval(args: argparse.Namespace) -> int:
     runs: list[Path] = args.run_dir
-    if len({run.resolve() for run in runs}) < len(runs):
-        raise ValueError(f"a run is named twice in {[str(run) for run in runs]}; name each once")
+    require_distinct(runs)
     for run in runs:  # every refusal before the first evaluation
         RunDirectory(run).read_config()
         select_checkpoint(RunDirectory(run).checkpoints, args.checkpoint)

@@ -13,11 +13,11 @@ from latentlens.figures.training import (
     RunOrSeeds,
     as_run_list,
     default_metric,
+    metric_records,
     seed_curve,
     split_title,
     split_titles,
 )
-from latentlens.training.run_dir import RunDirectory
 
 
 def code_embedding_plotly(results: Mapping[str, Any], title: str = "") -> go.Figure:
@@ -67,16 +67,15 @@ def metric_curves_plotly(runs: Mapping[str, RunOrSeeds], metric: str | None = No
     dashes = ["solid", "dash", "dot", "dashdot"]
     for index, (label, paths) in enumerate(runs.items()):
         paths = as_run_list(paths)
-        records = RunDirectory(paths[0]).read_metrics()
-        if not records:
-            raise ValueError(f"{paths[0]} has no metrics.jsonl records: train the run first")
+        seeds = [metric_records(path) for path in paths]
+        records = seeds[0]
         metric = metric or default_metric(records)
         titles = split_titles(paths[0])
         hue = (index * 97) % 360
-        seeds = f" (mean ± std, {len(paths)} seeds)" if len(paths) > 1 else ""
+        group = f" (mean ± std, {len(paths)} seeds)" if len(paths) > 1 else ""
         for s_index, split in enumerate(dict.fromkeys(r["split"] for r in records)):
-            steps, values, std = seed_curve(paths, split, metric)
-            name = f"{label}{seeds}, {split_title(split, titles)}"
+            steps, values, std = seed_curve(seeds, split, metric)
+            name = f"{label}{group}, {split_title(split, titles)}"
             if len(paths) > 1:  # the band: its lower edge, then the upper edge filled to it
                 for edge, fill in ((values - std, None), (values + std, "tonexty")):
                     band = go.Scatter(x=steps, y=edge, mode="lines", line={"width": 0}, fill=fill,

@@ -24,7 +24,7 @@ from latentlens.figures.training import (
     metric_curves,
     translation_quality_curves,
 )
-from latentlens.training.run_dir import RunDirectory, read_jsonl
+from latentlens.training.run_dir import RunDirectory, group_by_config, read_jsonl
 
 PROBE_RESULTS = Path("probes") / "results.json"
 SEED_SUFFIX = re.compile(r"-s\d+$")
@@ -137,18 +137,11 @@ def seed_groups(runs: Sequence[Path]) -> dict[str, list[Path]]:
                 f"{twin} and {run} share the name {run.name}: runs are labelled by name in a "
                 "comparison; compare runs of different names"
             )
-    grouped: list[tuple[dict, list[Path]]] = []
-    for run in runs:
-        config = RunDirectory(run).config_without_seed()
-        match = next((paths for key, paths in grouped if key == config), None)
-        if match is None:
-            grouped.append((config, [run]))
-        else:
-            match.append(run)
-    labels = [_group_label(paths) for _, paths in grouped]
-    names = [", ".join(p.name for p in paths) for _, paths in grouped]  # unique: names differ
+    grouped = group_by_config(list(runs))
+    labels = [_group_label(paths) for paths in grouped]
+    names = [", ".join(p.name for p in paths) for paths in grouped]  # unique: names differ
     labels = [a if labels.count(a) == 1 else b for a, b in zip(labels, names, strict=True)]
-    return dict(zip(labels, (paths for _, paths in grouped), strict=True))
+    return dict(zip(labels, grouped, strict=True))
 
 
 def _group_label(paths: Sequence[Path]) -> str:

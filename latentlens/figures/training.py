@@ -15,7 +15,8 @@ from latentlens.tasks import TASKS
 from latentlens.training.run_dir import RunDirectory, read_jsonl
 
 
-def _metric_records(run: str | Path) -> list[dict]:
+def metric_records(run: str | Path) -> list[dict]:
+    """A run's metrics.jsonl records; an error naming the fix where it has none."""
     records = RunDirectory(run).read_metrics()
     if not records:
         raise ValueError(f"{run} has no metrics.jsonl records: train the run first")
@@ -53,17 +54,16 @@ def as_run_list(runs: RunOrSeeds) -> list[Path]:
 
 
 def seed_curve(
-    runs: Sequence[str | Path], split: str, metric: str
+    seeds: Sequence[Sequence[dict]], split: str, metric: str
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(steps, mean, std)`` of ``metric`` on ``split`` over ``runs`` (the seeds of one
-    configuration) at the steps every one of them evaluated; std is the sample standard
-    deviation (ddof 1), zeros for a single run. Empty arrays where no step is shared."""
-    curves = [
-        {r["step"]: r[metric] for r in _metric_records(run) if r["split"] == split} for run in runs
-    ]
+    """``(steps, mean, std)`` of ``metric`` on ``split`` over ``seeds`` (each run's metric
+    records, the seeds of one configuration) at the steps every one of them evaluated; std
+    is the sample standard deviation (ddof 1), zeros for a single run. Empty arrays where
+    no step is shared."""
+    curves = [{r["step"]: r[metric] for r in records if r["split"] == split} for records in seeds]
     steps = sorted(set.intersection(*(set(curve) for curve in curves)))
     values = np.array([[curve[step] for step in steps] for curve in curves], dtype=float)
-    std = values.std(axis=0, ddof=1) if len(runs) > 1 else np.zeros(len(steps))
+    std = values.std(axis=0, ddof=1) if len(seeds) > 1 else np.zeros(len(steps))
     return np.array(steps), values.mean(axis=0), std
 
 
@@ -86,32 +86,33 @@ def metric_curves(
     if not runs:
         raise ValueError("metric_curves needs at least one run")
     groups = {label: as_run_list(paths) for label, paths in runs.items()}
+    loaded: dict[str, list[list[dict]]] = {}
     for label, paths in groups.items():
         if not paths:
             raise ValueError(f"{label!r} names no run directory")
-        for path in paths:
-            records = _metric_records(path)
+        loaded[label] = [metric_records(path) for path in paths]
+        for path, records in zip(paths, loaded[label], strict=True):
             metric = metric or default_metric(records)
             if metric not in records[0]:
                 raise ValueError(
                     f"the run {label!r} ({path}) has no metric {metric!r}; it logs "
                     f"{sorted(records[0])}"
                 )
-    first = next(iter(groups.values()))[0]
-    splits = list(splits or dict.fromkeys(r["split"] for r in _metric_records(first)))
-    titles = split_titles(first)
+    first = next(iter(loaded.values()))[0]
+    splits = list(splits or dict.fromkeys(r["split"] for r in first))
+    titles = split_titles(next(iter(groups.values()))[0])
     figure = Figure(figsize=(4.2 * len(splits), 3.4), layout="constrained")
     clipped = False
     axes = figure.subplots(1, len(splits), sharey=True, squeeze=False)[0]
     for ax, split in zip(axes, splits, strict=True):
-        for label, paths in groups.items():
-            steps, values, std = seed_curve(paths, split, metric)
+        for label, seeds in loaded.items():
+            steps, values, std = seed_curve(seeds, split, metric)
             if not len(steps):
                 continue
-            name = label if len(paths) == 1 else f"{label} (mean ± std, {len(paths)} seeds)"
+            name = label if len(seeds) == 1 else f"{label} (mean ± std, {len(seeds)} seeds)"
             shown = values if ylim is None else np.clip(values, *ylim)
             (line,) = ax.plot(steps, shown, marker="o", markersize=3, label=name)
-            if len(paths) > 1:
+            if len(seeds) > 1:
                 low, high = values - std, values + std
                 if ylim is not None:
                     low, high = np.clip(low, *ylim), np.clip(high, *ylim)

@@ -93,8 +93,27 @@ class RunDirectory:
         truncate_jsonl(self.metrics_path, last_step)
 
 
+def group_by_config(runs: list[Path]) -> list[list[Path]]:
+    """The runs grouped by their stored config less the seed (the seeds of one
+    configuration together), in the order first met."""
+    grouped: list[tuple[dict[str, Any], list[Path]]] = []
+    for run in runs:
+        config = RunDirectory(run).config_without_seed()
+        match = next((paths for key, paths in grouped if key == config), None)
+        if match is None:
+            grouped.append((config, [run]))
+        else:
+            match.append(run)
+    return [paths for _, paths in grouped]
+
+
 def seeds_of_one_config(runs: list[Path]) -> bool:
     """Whether the runs' stored configs are equal apart from the training seed (a seed
     sweep, whose results may be averaged) rather than different models, tasks or settings."""
-    first = RunDirectory(runs[0]).config_without_seed()
-    return all(RunDirectory(run).config_without_seed() == first for run in runs[1:])
+    return len(group_by_config(runs)) == 1
+
+
+def require_distinct(runs: list[Path]) -> None:
+    """Refuse a run named twice on one command line."""
+    if len({run.resolve() for run in runs}) < len(runs):
+        raise ValueError(f"a run is named twice in {[str(run) for run in runs]}; name each once")
