@@ -12,6 +12,7 @@ from latentlens.figures.probes import (
 )
 from latentlens.figures.routing import fuse_weight_curves, load_fuse_weights, routing_evolution
 from latentlens.figures.save import figure_svg, save_figure, save_plotly
+from latentlens.figures.tracking import load_tracked, tracked_array
 from latentlens.figures.training import decoding_curves, metric_curves, translation_quality_curves
 
 __all__ = [
@@ -29,6 +30,8 @@ __all__ = [
     "save_figure",
     "save_plotly",
     "structure_scores",
+    "load_tracked",
+    "tracked_array",
     "tracked_heatmap",
     "translation_quality_curves",
 ]

@@ -7,18 +7,16 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from safetensors.torch import load_file
-
 from latentlens.figures.interactive import code_embedding_plotly, metric_curves_plotly
 from latentlens.figures.probes import (
     code_embedding,
     decoding_by_head,
     head_ablation,
     structure_scores,
-    tracked_heatmap,
 )
 from latentlens.figures.routing import fuse_weight_curves, routing_evolution
 from latentlens.figures.save import save_figure, save_plotly
+from latentlens.figures.tracking import load_tracked, tracked_array
 from latentlens.figures.training import (
     decoding_curves,
     metric_curves,
@@ -60,19 +58,8 @@ def run_figures(run_dir: str | Path, formats: Sequence[str] = ("png", "svg")) ->
     if read_jsonl(directory.tracking / "translation_quality.jsonl"):
         keep("translation_quality", translation_quality_curves({label: run}))
     for path in sorted(directory.tracking.glob("*.safetensors")):
-        # ActivationRecorder arrays: steps [n], values [n, ...]; rows = the first value axis
-        # (e.g. heads of a mean pattern [head, query, key]), averaged over the others.
-        stored = load_file(str(path))
-        values = stored["values"].float()
-        title = path.name.removesuffix(".safetensors")
-        if values.ndim > 2:
-            values = values.flatten(2).mean(-1)
-            title += " (mean over all but the first axis)"
-        elif values.ndim == 1:
-            values = values[:, None]
-        names = [f"index {i}" for i in range(values.shape[1])]
-        figure = tracked_heatmap(stored["steps"].tolist(), values.numpy(), names, title)
-        keep(f"tracked_{path.name.removesuffix('.safetensors')}", figure)
+        name = path.name.removesuffix(".safetensors")
+        keep(f"tracked_{name}", tracked_array(*load_tracked(path), name))
     if any(directory.tracking.glob("*.fuse.hook_pattern.safetensors")):
         keep("fuse_weights", fuse_weight_curves(run))
         keep("fuse_weights_heatmap", fuse_weight_curves(run, heatmaps=True))
