@@ -110,6 +110,14 @@ def add_train_parser(commands: argparse._SubParsersAction) -> None:
         help="capture the whole train step (data, forward, backward, AdamW) in one CUDA graph",
     )
     train.add_argument("--quiet", action="store_true", help="no progress bar")
+    train.add_argument(
+        "--track",
+        nargs="+",
+        metavar="HOOK",
+        help="record these hooks' activations (mean over a fixed batch) at every evaluation "
+        "into RUN_DIR/tracking/: names or patterns such as 'blocks.*.attn.hook_pattern' "
+        "(`latentlens inspect` lists the hooks); `latentlens figures` draws them",
+    )
     for name, kind in {**MODEL_FLAGS, **TRAIN_FLAGS}.items():
         choices, text = FLAG_CHOICES.get(name, (None, None))
         flag = "--" + name.replace("_", "-")
@@ -208,6 +216,8 @@ def resolve_run_config(args: argparse.Namespace, file: ConfigFile) -> dict[str, 
     model.update({k: getattr(args, k) for k in SEQ2SEQ_FLAGS if getattr(args, k) is not None})
     train = {**sections["train"]}
     train.update({k: getattr(args, k) for k in TRAIN_FLAGS if getattr(args, k) is not None})
+    if args.track is not None:
+        train["track"] = args.track
     task = {**sections["task"]}
     task.update({k: getattr(args, k) for k in TASK_FLAGS if getattr(args, k) is not None})
     return Trainer.resolve_config(
@@ -311,7 +321,7 @@ def check_resume_flags(args: argparse.Namespace, stored: dict[str, Any], run: st
     given.update({("task_config", k): getattr(args, k) for k in TASK_FLAGS})
     given.update({("model", k): getattr(args, k) for k in SEQ2SEQ_FLAGS})
     given.update({("model", k): getattr(args, k) for k in MODEL_FLAGS})
-    given.update({("train", k): getattr(args, k) for k in TRAIN_FLAGS})
+    given.update({("train", k): getattr(args, k) for k in [*TRAIN_FLAGS, "track"]})
     sections = {**stored, "task_config": stored["task"]["config"]}
     differ = [
         f"{section}.{key}={value!r} (the run has {sections[section].get(key)!r})"

@@ -52,11 +52,21 @@ def require_divisible(owner: str, name: str, value: int, n_heads: int, why: str)
 _C = TypeVar("_C", bound="JsonConfig")
 
 
+def _as_json(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {key: _as_json(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_as_json(item) for item in value]
+    return value
+
+
 class JsonConfig:
     """JSON round-trip shared by the config dataclasses."""
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)  # type: ignore[call-overload]
+        """The fields as ``config.json`` holds them (tuples as lists), so a config made in
+        memory compares equal to the one read back from a run directory."""
+        return _as_json(asdict(self))  # type: ignore[call-overload]
 
     def to_json(self, indent: int | None = 2) -> str:
         return json.dumps(self.to_dict(), indent=indent, sort_keys=True)

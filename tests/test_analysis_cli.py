@@ -53,7 +53,7 @@ def test_probe_and_figures_commands_on_a_sraven_run(tmp_path: Path, capsys) -> N
     args = ["train", "--task", "sraven", "--d-model", "16", "--n-heads", "4", "--qk-dim", "8",
             "--v-dim", "8", "--d-mlp", "32", "--n-layers", "2", "--steps", "4", "--eval-every",
             "4", "--batch-size", "16", "--eval-examples", "32", "--run-dir", str(run),
-            "--quiet", "--device", "cpu"]  # fmt: skip
+            "--quiet", "--device", "cpu", "--track", "blocks.1.attn.hook_pattern"]  # fmt: skip
     assert main(args) == 0
     assert main(["probe", str(run), "--examples", "128", "--quiet", "--device", "cpu"]) == 0
     printed = capsys.readouterr().out
@@ -75,6 +75,7 @@ def test_probe_and_figures_commands_on_a_sraven_run(tmp_path: Path, capsys) -> N
     assert embedding["label_order"] == [r for r in RULE_NAMES if r in set(embedding["label"])]
     assert main(["figures", str(run), "--formats", "png"]) == 0
     assert (run / "figures" / "decoding_by_head.png").is_file()
+    assert (run / "figures" / "tracked_blocks.1.attn.hook_pattern.png").is_file()  # --track
     assert main(["figures", str(run), "--formats", "gif"]) == 2
     assert main(["probe", str(tmp_path / "missing")]) == 2
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from fnmatch import fnmatchcase
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -33,6 +34,20 @@ class Callback:
 def batch_mean(activation: torch.Tensor) -> torch.Tensor:
     """Default reduction: the mean over the batch dimension."""
     return activation.float().mean(dim=0)
+
+
+def matching_hooks(hook_names: Iterable[str], patterns: Sequence[str]) -> list[str]:
+    """The hook names (in the model's order) that match any of ``patterns``: exact names
+    or shell-style patterns (``blocks.*.attn.hook_pattern``; ``*`` also matches dots).
+    A pattern that matches nothing is an error naming some of the hooks there are."""
+    hook_names = list(hook_names)
+    for pattern in patterns:
+        if not any(fnmatchcase(name, pattern) for name in hook_names):
+            raise ValueError(
+                f"train.track: {pattern!r} matches no hook of this model; its hooks include "
+                f"{hook_names[:4]} (`latentlens inspect` lists every hook and shape)"
+            )
+    return [name for name in hook_names if any(fnmatchcase(name, p) for p in patterns)]
 
 
 class TrackedArrays(Callback):

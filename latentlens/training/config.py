@@ -43,6 +43,9 @@ class TrainConfig(JsonConfig):
     optax schedule counts the warm-up inside its decay steps), then stays flat.
     Evaluation and checkpoints happen every ``eval_every`` steps and at the end.
     ``grad_clip`` > 0 clips the global gradient norm to it (0: no clipping).
+    ``track``: hook names, or shell-style patterns such as ``blocks.*.attn.hook_pattern``,
+    whose activations (mean over a fixed batch) are recorded at every evaluation into
+    ``tracking/`` (:class:`latentlens.training.ActivationRecorder`).
     ``precision``: ``fp32`` (strict float32), ``tf32`` (float32 tensors, matmuls on CUDA's
     TF32 tensor cores: JAX's default on Ampere and Hopper GPUs, hence the official code's)
     or ``bf16`` (bf16 autocast); see :func:`latentlens.training.trainer.precision_scope`.
@@ -60,9 +63,18 @@ class TrainConfig(JsonConfig):
     seed: int = 2024
     precision: str = "fp32"
     grad_clip: float = 0.0
+    track: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         owner = "TrainConfig"
+        if not isinstance(self.track, (list, tuple)) or not all(
+            isinstance(name, str) and name for name in self.track
+        ):
+            raise ValueError(
+                f"{owner}.track={self.track!r} is invalid: it must be a list of hook names "
+                "or patterns, e.g. ['blocks.*.attn.hook_pattern']"
+            )
+        object.__setattr__(self, "track", tuple(self.track))  # a JSON list reads as a list
         for name in ("steps", "batch_size", "eval_every", "eval_examples", "keep_checkpoints"):
             require_positive(owner, name, getattr(self, name))
         require_non_negative(owner, "warmup_steps", self.warmup_steps, integer=True)

@@ -30,7 +30,12 @@ from latentlens.models import (
     resolve_model_kind,
 )
 from latentlens.tasks import TASKS, Task, make_task
-from latentlens.training.callbacks import Callback
+from latentlens.training.callbacks import (
+    ActivationRecorder,
+    Callback,
+    TrackedArrays,
+    matching_hooks,
+)
 from latentlens.training.checkpoint import (
     CheckpointError,
     list_checkpoints,
@@ -155,7 +160,6 @@ class Trainer:
         self.config = config
         self.dist, self.device = init_distributed(resolve_device(device))
         self.quiet = quiet or not self.dist.is_main
-        self.callbacks = list(callbacks) if self.dist.is_main else []
         self.model_kind = resolve_model_kind(config.get("model_kind", "transformer"))
         self.model_cfg = model_config(self.model_kind, config["model"])
         self.train_cfg = TrainConfig.from_dict(config["train"])
@@ -171,6 +175,8 @@ class Trainer:
         if self.dist.rank > 0:
             torch.manual_seed(seed + self.dist.rank)  # own dropout masks per rank
         self.task: Task = make_task(self.task_name, config["task"]["config"], seed, self.device)
+        callbacks = [*callbacks, *self.track_recorders(callbacks)]
+        self.callbacks = callbacks if self.dist.is_main else []
         self.data_generator = self.task.make_generator(seed)
         self.lr = torch.tensor(self.train_cfg.lr, device=self.device)
         self.optimizer = torch.optim.AdamW(
@@ -201,6 +207,21 @@ class Trainer:
             else None
         )
         self.step = 0
+
+    def track_recorders(self, callbacks: Sequence[Callback]) -> list[ActivationRecorder]:
+        """The recorder of the hooks ``train.track`` names, on a fixed batch of the task's
+        first split; none when it names none. Refuses a hook that another callback
+        already records (both would write ``tracking/{hook}.safetensors``)."""
+        names = matching_hooks(self.model.hook_dict, self.train_cfg.track)
+        if not names:
+            return []
+        taken = {n for c in callbacks if isinstance(c, TrackedArrays) for n in c.names}
+        if clash := [name for name in names if name in taken]:
+            raise ValueError(
+                f"train.track: this run already records {clash} (a task's own tracking); "
+                "drop them from --track"
+            )
+        return [ActivationRecorder(names, split=self.task.eval_splits[0])]
 
     # ----------------------------------------------------------------- construction
     @staticmethod

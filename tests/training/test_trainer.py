@@ -219,6 +219,8 @@ def test_sigkill_then_resume_equals_an_uninterrupted_run(tmp_path: Path) -> None
         "--device",
         "cpu",
         *TINY_FLAGS,
+        "--track",
+        "blocks.*.attn.hook_pattern",
     ]
     whole = run_cli(*flags, "--run-dir", str(tmp_path / "whole"))
     assert whole.wait(timeout=300) == 0, whole.stderr.read()
@@ -245,6 +247,14 @@ def test_sigkill_then_resume_equals_an_uninterrupted_run(tmp_path: Path) -> None
     assert final_a.keys() == final_b.keys()
     for key in final_a:
         assert torch.equal(final_a[key], final_b[key]), key
+    for layer in (0, 1):  # the --track recorder, rebuilt from the stored config, too
+        name = f"tracking/blocks.{layer}.attn.hook_pattern.safetensors"
+        tracked_a, tracked_b = (
+            load_file(str(tmp_path / "whole" / name)),
+            load_file(str(killed_dir / name)),
+        )
+        assert tracked_a["steps"].tolist() == list(range(20, 201, 20))
+        assert all(torch.equal(tracked_a[k], tracked_b[k]) for k in ("steps", "values"))
 
 
 def test_ctrl_c_stops_with_the_newest_checkpoint_and_how_to_resume(tmp_path: Path) -> None:
@@ -325,6 +335,46 @@ def test_recorder_tracks_mean_attention_pattern(tmp_path: Path) -> None:
     torch.testing.assert_close(stored["values"].sum(-1), torch.ones(2, 4, 16))  # softmax rows
 
 
+def test_train_track_records_the_mean_of_the_hooks_it_names(tmp_path: Path) -> None:
+    """``train.track`` patterns expand to the model's hooks, each recorded on a fixed batch
+    of the first split: the last record is the mean pattern of the final model on it."""
+    config = tiny_config(steps=40, attention="hyla", track=["blocks.*.attn.hook_pattern"])
+    assert config["train"]["track"] == ["blocks.*.attn.hook_pattern"]  # as config.json holds it
+    Trainer.create(tmp_path / "run", config, quiet=True).train()
+    files = sorted(p.name for p in (tmp_path / "run/tracking").iterdir())
+    assert files == [f"blocks.{layer}.attn.hook_pattern.safetensors" for layer in (0, 1)]
+    trainer = Trainer.load(tmp_path / "run")
+    recorder = trainer.callbacks[-1]
+    assert isinstance(recorder, ActivationRecorder) and recorder.split == "train"
+    batch = trainer.task.sample(
+        recorder.examples, "train", trainer.task.make_generator(recorder.seed)
+    )
+    with torch.no_grad():
+        _, cache = trainer.model.run_with_cache(
+            *trainer.task.model_inputs(batch), names_filter=recorder.hook_names
+        )
+    for layer in (0, 1):
+        name = f"blocks.{layer}.attn.hook_pattern"
+        stored = load_file(str(tmp_path / f"run/tracking/{name}.safetensors"))
+        assert stored["steps"].tolist() == [20, 40]
+        torch.testing.assert_close(stored["values"][-1], cache[name].mean(0), rtol=0, atol=1e-6)
+        assert not torch.equal(stored["values"][0], stored["values"][1])  # it trained
+
+
+def test_train_track_refuses_what_it_cannot_record_before_writing(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"'blocks\.\*\.mlp' matches no hook of this model"):
+        Trainer.create(tmp_path / "run", tiny_config(track=["blocks.*.mlp"]), quiet=True)
+    assert not (tmp_path / "run").exists()
+    taken = ActivationRecorder(["blocks.0.attn.hook_pattern"])
+    with pytest.raises(ValueError, match=r"already records \['blocks\.0\.attn\.hook_pattern'\]"):
+        Trainer.create(tmp_path / "run", tiny_config(track=["blocks.0.*"]), callbacks=[taken])
+    assert not (tmp_path / "run").exists()
+    for bad in ("blocks.0.attn.hook_pattern", [""], [3]):
+        with pytest.raises(ValueError, match=r"TrainConfig\.track=.* must be a list of hook names"):
+            TrainConfig(track=bad)
+    assert TrainConfig.from_json('{"track": ["hook_embed"]}').track == ("hook_embed",)
+
+
 def test_train_and_eval_commands(tmp_path: Path, capsys) -> None:
     run = tmp_path / "cli"
     proc = run_cli(
@@ -352,6 +402,8 @@ def test_train_and_eval_commands(tmp_path: Path, capsys) -> None:
     capsys.readouterr()
     assert main(["train", "--resume", str(run), "--steps", "30"]) == 2  # in-process
     assert "train.steps=30 (the run has 20)" in capsys.readouterr().err
+    assert main(["train", "--resume", str(run), "--track", "blocks.0.attn.hook_pattern"]) == 2
+    assert "train.track=['blocks.0.attn.hook_pattern'] (the run has [])" in capsys.readouterr().err
     assert main(["eval", str(run), "--examples", "0", "--device", "cpu"]) == 2
     assert "examples=0: evaluate at least 1 example" in capsys.readouterr().err
 
