@@ -76,6 +76,8 @@ def test_probe_and_figures_commands_on_a_sraven_run(tmp_path: Path, capsys) -> N
     assert main(["figures", str(run), "--formats", "png"]) == 0
     assert (run / "figures" / "decoding_by_head.png").is_file()
     assert (run / "figures" / "tracked_blocks.1.attn.hook_pattern.png").is_file()  # --track
+    for name in ("metrics", "metrics_feature_accuracy", "metrics_loss"):  # every logged metric
+        assert (run / "figures" / f"{name}.png").is_file(), name
     assert main(["figures", str(run), "--formats", "gif"]) == 2
     assert main(["probe", str(tmp_path / "missing")]) == 2
 
@@ -136,9 +138,10 @@ def test_figures_of_several_runs_draw_them_side_by_side(tmp_path: Path, capsys) 
     assert main(["figures", *map(str, runs), "--formats", "png"]) == 0
 
     comparison = tmp_path / "runs" / "comparison"  # beside the runs by default
-    assert f"3 figures in {comparison}: metrics, metrics_interactive, structure" in (
+    assert f"4 figures in {comparison}: metrics, metrics_interactive, metrics_loss, structure" in (
         capsys.readouterr().out
     )
+    assert (comparison / "metrics_loss.png").is_file()
     for run in runs:  # each run's own figures too
         assert (run / "figures" / "head_ablation.png").is_file()
     page = (comparison / "metrics_interactive.html").read_text()

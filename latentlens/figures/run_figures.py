@@ -19,7 +19,9 @@ from latentlens.figures.save import save_figure, save_plotly
 from latentlens.figures.tracking import load_tracked, tracked_array
 from latentlens.figures.training import (
     decoding_curves,
+    logged_metrics,
     metric_curves,
+    metric_records,
     translation_quality_curves,
 )
 from latentlens.training.run_dir import RunDirectory, group_by_config, read_jsonl
@@ -34,11 +36,13 @@ def _probe_results(run: Path) -> dict | None:
 
 
 def run_figures(run_dir: str | Path, formats: Sequence[str] = ("png", "svg")) -> dict[str, Path]:
-    """Draw what ``run_dir`` holds: metric curves (always), decoding over training
-    (``tracking/latent_decoding.jsonl``), CTER and BLEU over training
-    (``tracking/translation_quality.jsonl``), tracked activations (``tracking/*.safetensors``) and,
-    after ``latentlens probe``, decoding per head, code embeddings (also interactive HTML),
-    head ablations and structure scores. Returns ``{figure name: first file written}``."""
+    """Draw what ``run_dir`` holds: the curves of every metric it logs (always; the task's
+    as ``metrics``, the others as ``metrics_{name}``, the loss on a log scale), decoding
+    over training (``tracking/latent_decoding.jsonl``), CTER and BLEU over training
+    (``tracking/translation_quality.jsonl``), tracked arrays (``tracking/*.safetensors``)
+    and, after ``latentlens probe``, decoding per head, code embeddings (also interactive
+    HTML), head ablations and structure scores. Returns ``{figure name: first file
+    written}``."""
     run = Path(run_dir)
     directory = RunDirectory(run)
     directory.read_config()  # a clear error if this is not a run directory
@@ -50,6 +54,8 @@ def run_figures(run_dir: str | Path, formats: Sequence[str] = ("png", "svg")) ->
         written[name] = save_figure(figure, out / name, formats)[0]
 
     keep("metrics", metric_curves({label: run}, ylim=None))
+    for metric in logged_metrics(metric_records(run))[1:]:
+        keep(f"metrics_{metric}", metric_curves({label: run}, metric, log_y=metric == "loss"))
     written["metrics_interactive"] = save_plotly(
         metric_curves_plotly({label: run}), out / "metrics_interactive.html"
     )
@@ -84,10 +90,11 @@ def run_figures(run_dir: str | Path, formats: Sequence[str] = ("png", "svg")) ->
 def comparison_figures(
     run_dirs: Sequence[str | Path], out: str | Path, formats: Sequence[str] = ("png", "svg")
 ) -> dict[str, Path]:
-    """Runs side by side, each labelled by its directory's name, into ``out``: their metric
-    curves (also interactive HTML) and, where at least two were probed, their clustering and
-    topographic similarity; the seeds of one configuration (:func:`seed_groups`) are drawn
-    as their mean ± std. Returns ``{figure name: first file written}``."""
+    """Runs side by side, each labelled by its directory's name, into ``out``: the curves of
+    each metric they all log (the task's also as interactive HTML) and, where at least two
+    were probed, their clustering and topographic similarity; the seeds of one
+    configuration (:func:`seed_groups`) are drawn as their mean ± std. Returns ``{figure
+    name: first file written}``."""
     runs = [Path(run) for run in run_dirs]
     if len({run.name for run in runs}) < 2:
         raise ValueError(
@@ -101,6 +108,13 @@ def comparison_figures(
             metric_curves_plotly(groups), out / "metrics_interactive.html"
         ),
     }
+    logged = [set(logged_metrics(metric_records(run))) for run in runs]
+    for metric in logged_metrics(metric_records(runs[0]))[1:]:
+        if all(metric in metrics for metrics in logged):
+            figure = metric_curves(groups, metric, log_y=metric == "loss")
+            written[f"metrics_{metric}"] = save_figure(figure, out / f"metrics_{metric}", formats)[
+                0
+            ]
     probed = {run: r for run in runs if "clustering" in (r := _probe_results(run) or {})}
     scored = {
         label: [probed[run] for run in group if run in probed]

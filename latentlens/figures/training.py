@@ -45,6 +45,13 @@ def default_metric(records: Sequence[dict]) -> str:
     return next((k for k in records[0] if k not in ("step", "split", "loss")), "loss")
 
 
+def logged_metrics(records: Sequence[dict]) -> list[str]:
+    """Every metric a run logs, its task metric first (``["accuracy", "feature_accuracy",
+    "loss"]`` for SRAVEN)."""
+    first = default_metric(records)
+    return [first, *(k for k in records[0] if k not in ("step", "split", first))]
+
+
 RunOrSeeds = str | Path | Sequence[str | Path]
 
 
@@ -72,6 +79,7 @@ def metric_curves(
     metric: str | None = None,
     splits: Sequence[str] | None = None,
     ylim: tuple[float, float] | None = None,
+    log_y: bool = False,
 ) -> Figure:
     """One panel per split, one line per run: ``metric`` against the training step.
 
@@ -81,7 +89,8 @@ def metric_curves(
     their number. ``metric`` defaults to the task's (R² or accuracy). ``splits`` defaults
     to every split the first run evaluated; panels are titled as the first run's task
     describes its splits. ``ylim`` fixes the y-axis (R² curves of bad models can dive far
-    below 0 and flatten the rest).
+    below 0 and flatten the rest). ``log_y`` draws a positive metric (a loss) on a log
+    scale, where its late fall stays visible.
     """
     if not runs:
         raise ValueError("metric_curves needs at least one run")
@@ -131,6 +140,11 @@ def metric_curves(
         ax.grid(alpha=0.3)
         if ylim is not None:
             ax.set_ylim(*ylim)
+    if log_y:
+        lowest = min(r[metric] for seeds in loaded.values() for run in seeds for r in run)
+        if not lowest > 0:
+            raise ValueError(f"log_y needs positive values; {metric} reaches {lowest}")
+        axes[0].set_yscale("log")  # shared by every panel
     axes[0].set_ylabel(metric_label(metric))
     axes[0].legend(frameon=False)
     if clipped:

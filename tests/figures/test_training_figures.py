@@ -14,6 +14,8 @@ from latentlens.figures import (
     save_figure,
     translation_quality_curves,
 )
+from latentlens.figures.run_figures import run_figures
+from latentlens.figures.training import logged_metrics, metric_records
 
 
 def write_run(path: Path, shift: float, steps: tuple[int, ...] = (10, 20, 30)) -> Path:
@@ -53,6 +55,22 @@ def test_metric_curves_plot_each_split_and_run(tmp_path: Path) -> None:
     assert axes[0].get_ylabel() == "R²" and axes[0].get_xlabel() == "training step"
     paths = save_figure(figure, tmp_path / "figs" / "curves", formats=("png", "svg"))
     assert all(p.is_file() and p.stat().st_size > 1000 for p in paths)
+
+
+def test_every_logged_metric_gets_curves_and_the_loss_a_log_scale(tmp_path: Path) -> None:
+    run = write_run(tmp_path / "a", 0.0)
+    assert logged_metrics(metric_records(run)) == ["r2", "loss"]
+    sraven = [{"accuracy": 0.1, "feature_accuracy": 0.2, "loss": 2.0, "split": "ood", "step": 1}]
+    assert logged_metrics(sraven) == ["accuracy", "feature_accuracy", "loss"]
+    figure = metric_curves({"x": run}, "loss", log_y=True)
+    assert all(ax.get_yscale() == "log" for ax in figure.axes)
+    assert list(figure.axes[0].lines[0].get_ydata()) == [1.0, 1.0, 1.0]
+    with pytest.raises(ValueError, match="log_y needs positive values; r2 reaches -0.1"):
+        metric_curves({"x": write_run(tmp_path / "b", -0.2)}, "r2", log_y=True)
+    (run / "config.json").write_text(json.dumps({"task": {"name": "modular-icl"}, "train": {}}))
+    written = run_figures(run, formats=("png",))
+    assert {"metrics", "metrics_loss"} <= set(written)
+    assert written["metrics_loss"] == run / "figures" / "metrics_loss.png"
 
 
 def test_split_titles_come_from_the_runs_task(tmp_path: Path) -> None:
