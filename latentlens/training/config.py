@@ -74,7 +74,7 @@ class TrainConfig(JsonConfig):
                 f"{owner}.track={self.track!r} is invalid: it must be a list of hook names "
                 "or patterns, e.g. ['blocks.*.attn.hook_pattern']"
             )
-        object.__setattr__(self, "track", tuple(self.track))  # a JSON list reads as a list
+        object.__setattr__(self, "track", tuple(self.track))  # JSON and the CLI give lists
         for name in ("steps", "batch_size", "eval_every", "eval_examples", "keep_checkpoints"):
             require_positive(owner, name, getattr(self, name))
         require_non_negative(owner, "warmup_steps", self.warmup_steps, integer=True)
