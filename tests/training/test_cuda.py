@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from latentlens.models import TransformerConfig
 from latentlens.training import TrainConfig, Trainer, model_for_task, precision_scope
@@ -33,7 +34,7 @@ def train_steps(trainer: Trainer, steps: int) -> list[float]:
 def test_cuda_graph_step_equals_the_eager_step(tmp_path: Path) -> None:
     """Warm-up, capture and replay give the same losses and weights as eager steps: same
     kernels, same data (the custom generator advances in the graph as it does eagerly)."""
-    config = tiny_config(steps=30)
+    config = tiny_config(steps=30, track=["blocks.*.attn.hook_pattern"])
     eager = Trainer.create(tmp_path / "eager", config, device="cuda", quiet=True)
     torch.manual_seed(0)  # the attention-dropout masks come from the default generator
     eager_losses = train_steps(eager, 12)
@@ -47,9 +48,12 @@ def test_cuda_graph_step_equals_the_eager_step(tmp_path: Path) -> None:
     graphed_weights = graphed.model.state_dict()
     for name, weight in eager.model.state_dict().items():
         torch.testing.assert_close(graphed_weights[name], weight, rtol=1e-4, atol=1e-6, msg=name)
-    # The run directory machinery still works around the graph.
+    # The run directory machinery, --track's recorder included, still works around the graph.
     records = graphed.evaluate_and_checkpoint()
     assert {r["split"] for r in records} == {"train", "test", "ood"}
+    tracked = load_file(str(tmp_path / "graphed/tracking/blocks.1.attn.hook_pattern.safetensors"))
+    assert tracked["steps"].tolist() == [12]
+    torch.testing.assert_close(tracked["values"].sum(-1), torch.ones(1, 4, 16))  # softmax rows
 
 
 @needs_cuda
