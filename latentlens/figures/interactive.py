@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import plotly.graph_objects as go
@@ -59,21 +59,76 @@ def code_embedding_plotly(results: Mapping[str, Any], title: str = "") -> go.Fig
     return figure
 
 
-def metric_curves_plotly(runs: Mapping[str, RunOrSeeds], metric: str | None = None) -> go.Figure:
-    """The task metric over training, one line per run and split (dashes per split); a
+def metric_curves_plotly(
+    runs: Mapping[str, RunOrSeeds], metric: str | Sequence[str] | None = None
+) -> go.Figure:
+    """A metric over training, one line per run and split (dashes per split); a
     label mapped to several runs (one configuration's seeds) is drawn as their mean with a
-    ± one sample standard deviation band, as :func:`metric_curves` does."""
+    ± one sample standard deviation band, as :func:`metric_curves` does. ``metric`` names
+    the metric (default: the task's), or several: the first is shown and a menu switches
+    between them (a loss on a log scale)."""
+    if not runs:
+        raise ValueError("metric_curves_plotly needs at least one run")
+    groups = {label: as_run_list(paths) for label, paths in runs.items()}
+    loaded = {label: [metric_records(path) for path in paths] for label, paths in groups.items()}
+    if metric is None or isinstance(metric, str):
+        metrics = [metric or default_metric(next(iter(loaded.values()))[0])]
+    elif not (metrics := list(metric)):
+        raise ValueError("metric names no metric: give a name, several, or None")
+    for name in metrics:
+        for label, seeds in loaded.items():
+            if any(name not in records[0] for records in seeds):
+                raise ValueError(
+                    f"a run of {label!r} has no metric {name!r}; it logs {sorted(seeds[0][0])}"
+                )
     figure = go.Figure()
+    shown_by_metric = []
+    for index, name in enumerate(metrics):
+        before = len(figure.data)
+        _add_metric_traces(figure, groups, loaded, name, visible=index == 0)
+        shown_by_metric.append(range(before, len(figure.data)))
+    figure.update_layout(
+        xaxis_title="training step",
+        yaxis={"title": metric_label(metrics[0]), "type": _axis_type(metrics[0])},
+        template="plotly_white",
+    )
+    if len(metrics) > 1:
+        buttons = [
+            {
+                "label": metric_label(name),
+                "method": "update",
+                "args": [
+                    {"visible": [i in shown for i in range(len(figure.data))]},
+                    {"yaxis.title.text": metric_label(name), "yaxis.type": _axis_type(name)},
+                ],
+            }
+            for name, shown in zip(metrics, shown_by_metric, strict=True)
+        ]
+        figure.update_layout(
+            updatemenus=[{"buttons": buttons, "x": 0, "xanchor": "left", "y": 1.15}]
+        )
+    return figure
+
+
+def _axis_type(metric: str) -> str:
+    return "log" if metric == "loss" else "linear"
+
+
+def _add_metric_traces(
+    figure: go.Figure,
+    groups: Mapping[str, list],
+    loaded: Mapping[str, list[list[dict]]],
+    metric: str,
+    visible: bool,
+) -> None:
+    """``metric``'s lines (and seed bands) of every run and split into ``figure``."""
     dashes = ["solid", "dash", "dot", "dashdot"]
-    for index, (label, paths) in enumerate(runs.items()):
-        paths = as_run_list(paths)
-        seeds = [metric_records(path) for path in paths]
-        records = seeds[0]
-        metric = metric or default_metric(records)
+    for index, (label, paths) in enumerate(groups.items()):
+        seeds = loaded[label]
         titles = split_titles(paths[0])
         hue = (index * 97) % 360
         group = f" (mean ± std, {len(paths)} seeds)" if len(paths) > 1 else ""
-        for s_index, split in enumerate(dict.fromkeys(r["split"] for r in records)):
+        for s_index, split in enumerate(dict.fromkeys(r["split"] for r in seeds[0])):
             steps, values, std = seed_curve(seeds, split, metric)
             name = f"{label}{group}, {split_title(split, titles)}"
             if len(paths) > 1:  # the band: its lower edge, then the upper edge filled to it
@@ -81,12 +136,7 @@ def metric_curves_plotly(runs: Mapping[str, RunOrSeeds], metric: str | None = No
                     band = go.Scatter(x=steps, y=edge, mode="lines", line={"width": 0}, fill=fill,
                                       fillcolor=f"hsla({hue}, 60%, 45%, 0.2)", legendgroup=name,
                                       showlegend=False, hoverinfo="skip")  # fmt: skip
-                    figure.add_trace(band)
+                    figure.add_trace(band.update(visible=visible))
             line = {"color": f"hsl({hue}, 60%, 45%)", "dash": dashes[s_index % len(dashes)]}
-            figure.add_trace(go.Scatter(x=steps, y=values, name=name, legendgroup=name, line=line))
-    figure.update_layout(
-        xaxis_title="training step",
-        yaxis_title=metric_label(metric),
-        template="plotly_white",
-    )
-    return figure
+            figure.add_trace(go.Scatter(x=steps, y=values, name=name, legendgroup=name,
+                                        line=line, visible=visible))  # fmt: skip

@@ -54,10 +54,11 @@ def run_figures(run_dir: str | Path, formats: Sequence[str] = ("png", "svg")) ->
         written[name] = save_figure(figure, out / name, formats)[0]
 
     keep("metrics", metric_curves({label: run}, ylim=None))
-    for metric in logged_metrics(metric_records(run))[1:]:
+    logged = logged_metrics(metric_records(run))
+    for metric in logged[1:]:
         keep(f"metrics_{metric}", metric_curves({label: run}, metric, log_y=metric == "loss"))
     written["metrics_interactive"] = save_plotly(
-        metric_curves_plotly({label: run}), out / "metrics_interactive.html"
+        metric_curves_plotly({label: run}, logged), out / "metrics_interactive.html"
     )
     if read_jsonl(directory.tracking / "latent_decoding.jsonl"):
         keep("decoding_over_training", decoding_curves({label: run}))

@@ -67,6 +67,20 @@ def test_every_logged_metric_gets_curves_and_the_loss_a_log_scale(tmp_path: Path
     assert list(figure.axes[0].lines[0].get_ydata()) == [1.0, 1.0, 1.0]
     with pytest.raises(ValueError, match="log_y needs positive values; r2 reaches -0.1"):
         metric_curves({"x": write_run(tmp_path / "b", -0.2)}, "r2", log_y=True)
+    plotly = metric_curves_plotly({"x": run}, ["r2", "loss"])  # a menu switches them
+    assert [(t.name, t.visible) for t in plotly.data] == [
+        ("x, train", True), ("x, ood", True), ("x, control", True),
+        ("x, train", False), ("x, ood", False), ("x, control", False),
+    ]  # fmt: skip
+    assert list(plotly.data[4].y) == [1.0, 1.0, 1.0]  # the loss of ood
+    r2, loss = plotly.layout.updatemenus[0].buttons
+    assert r2.args[0]["visible"] == [True] * 3 + [False] * 3
+    assert loss.args == ({"visible": [False] * 3 + [True] * 3},
+                         {"yaxis.title.text": "loss", "yaxis.type": "log"})  # fmt: skip
+    assert plotly.layout.yaxis.title.text == "R²" and plotly.layout.yaxis.type == "linear"
+    assert not metric_curves_plotly({"x": run}).layout.updatemenus  # one metric: no menu
+    with pytest.raises(ValueError, match="a run of 'x' has no metric 'accuracy'; it logs"):
+        metric_curves_plotly({"x": run}, ["r2", "accuracy"])
     (run / "config.json").write_text(json.dumps({"task": {"name": "modular-icl"}, "train": {}}))
     written = run_figures(run, formats=("png",))
     assert {"metrics", "metrics_loss"} <= set(written)
