@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 from safetensors.torch import load_file
 
 from latentlens.figures.probes import tracked_heatmap
@@ -65,7 +66,8 @@ def tracked_array(steps: Sequence[int], values: np.ndarray, title: str) -> Figur
     image = ax.imshow(
         distance_to_last(values).T, aspect="auto", cmap="magma", interpolation="nearest"
     )
-    ax.set_yticks(range(shape[0]), [f"index {i}" for i in range(shape[0])], fontsize=8)
+    ax.yaxis.set_major_locator(MaxNLocator(nbins=min(shape[0], 12), integer=True))
+    ax.set_ylabel("index (first axis)")
     ticks = np.linspace(0, len(steps) - 1, min(len(steps), 6)).round().astype(int)
     ax.set_xticks(ticks, [str(steps[i]) for i in ticks])
     ax.set_xlabel("training step")
