@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 from pathlib import Path
 
 from latentlens.devices import DEVICE_CHOICES
 from latentlens.figures.axes import metric_label
-from latentlens.figures.probes import BEYOND_TWO_ERRORS, beyond_noise
+from latentlens.figures.probes import BEYOND_TWO_ERRORS, beyond_noise, seed_score
 from latentlens.figures.save import MATPLOTLIB_FORMATS
 from latentlens.training.run_dir import require_distinct, seeds_of_one_config
 
@@ -182,11 +181,11 @@ def _score(value: float | None) -> str:
 
 
 def _mean_std(values: list[float | None]) -> str:
-    defined = [v for v in values if v is not None]
-    if len(defined) < 2:
+    mean, std, defined = seed_score(values)
+    if std is None:
         return "n/a"
-    text = f"{statistics.mean(defined):.3f} ± {statistics.stdev(defined):.3f}"
-    return text if len(defined) == len(values) else f"{text} (of {len(defined)})"
+    text = f"{mean:.3f} ± {std:.3f}"
+    return text if defined == len(values) else f"{text} (of {defined})"
 
 
 def _change(row: dict) -> str:

@@ -146,6 +146,7 @@ def test_figures_of_several_runs_draw_them_side_by_side(tmp_path: Path, capsys) 
         assert (run / "figures" / "head_ablation.png").is_file()
     page = (comparison / "metrics_interactive.html").read_text()
     assert '"name":"softmax' in page and '"name":"hyla' in page
+    assert '"updatemenus"' in page and '"yaxis.type":"log"' in page  # R² or the loss
     assert (comparison / "structure.png").stat().st_size > 1_000
 
     assert main(["figures", str(runs[0]), "--out", str(tmp_path / "x")]) == 2

@@ -16,3 +16,9 @@ def step_axis(ax: Axes) -> None:
 def metric_label(metric: str) -> str:
     """How a figure names a metric: ``r2`` is R², ``token_accuracy`` token accuracy."""
     return "R²" if metric == "r2" else metric.replace("_", " ")
+
+
+def log_scaled(metric: str) -> bool:
+    """Whether figures draw ``metric`` on a log axis: a loss, whose late fall a linear axis
+    flattens."""
+    return metric == "loss"

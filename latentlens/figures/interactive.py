@@ -7,7 +7,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from latentlens.figures.axes import metric_label
+from latentlens.figures.axes import log_scaled, metric_label
 from latentlens.figures.probes import legend_order
 from latentlens.figures.training import (
     RunOrSeeds,
@@ -111,7 +111,7 @@ def metric_curves_plotly(
 
 
 def _axis_type(metric: str) -> str:
-    return "log" if metric == "loss" else "linear"
+    return "log" if log_scaled(metric) else "linear"
 
 
 def _add_metric_traces(

@@ -169,7 +169,7 @@ def code_embedding(
 ResultsOrSeeds = Mapping[str, Any] | Sequence[Mapping[str, Any]]
 
 
-def _seed_score(values: Sequence[float | None]) -> tuple[float | None, float | None, int]:
+def seed_score(values: Sequence[float | None]) -> tuple[float | None, float | None, int]:
     """``(mean, sample std, how many defined)`` of one score over a group's runs, ``None``
     where no run defines it (constant codes), std ``None`` under two defined values."""
     defined = [v for v in values if v is not None]
@@ -207,7 +207,7 @@ def structure_scores(runs: Mapping[str, ResultsOrSeeds]) -> Figure:
     clustering = [[_require(r, "clustering") for r in group] for group in groups.values()]
     scores = []
     for index, (method, score, name) in enumerate(bars):
-        summaries = [_seed_score([c[method][score] for c in group]) for group in clustering]
+        summaries = [seed_score([c[method][score] for c in group]) for group in clustering]
         heights = [0.0 if mean is None else mean for mean, _, _ in summaries]
         errors = [0.0 if std is None else std for _, std, _ in summaries]
         shown = any(std is not None for _, std, _ in summaries)
@@ -226,7 +226,7 @@ def structure_scores(runs: Mapping[str, ResultsOrSeeds]) -> Figure:
     left.set_title("clustering of latent codes")
     for i, group in enumerate(groups.values()):
         topography = [_require(r, "topography") for r in group]
-        mean, std, defined = _seed_score([t["rho"] for t in topography])
+        mean, std, defined = seed_score([t["rho"] for t in topography])
         height = 0.0 if mean is None else mean
         right.bar(i, height, color="C4", yerr=std, capsize=3)
         if mean is None:

@@ -7,6 +7,7 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
+from latentlens.figures.axes import log_scaled
 from latentlens.figures.interactive import code_embedding_plotly, metric_curves_plotly
 from latentlens.figures.probes import (
     code_embedding,
@@ -56,7 +57,7 @@ def run_figures(run_dir: str | Path, formats: Sequence[str] = ("png", "svg")) ->
     keep("metrics", metric_curves({label: run}, ylim=None))
     logged = logged_metrics(metric_records(run))
     for metric in logged[1:]:
-        keep(f"metrics_{metric}", metric_curves({label: run}, metric, log_y=metric == "loss"))
+        keep(f"metrics_{metric}", metric_curves({label: run}, metric, log_y=log_scaled(metric)))
     written["metrics_interactive"] = save_plotly(
         metric_curves_plotly({label: run}, logged), out / "metrics_interactive.html"
     )
@@ -103,19 +104,17 @@ def comparison_figures(
         )
     groups = seed_groups(runs)  # a clear error if one is not a run directory
     out = Path(out)
+    logged = [logged_metrics(metric_records(run)) for run in runs]
+    shared = [m for m in logged[0] if all(m in other for other in logged)]
     written = {
         "metrics": save_figure(metric_curves(groups), out / "metrics", formats)[0],
         "metrics_interactive": save_plotly(
-            metric_curves_plotly(groups), out / "metrics_interactive.html"
+            metric_curves_plotly(groups, shared), out / "metrics_interactive.html"
         ),
     }
-    logged = [set(logged_metrics(metric_records(run))) for run in runs]
-    for metric in logged_metrics(metric_records(runs[0]))[1:]:
-        if all(metric in metrics for metrics in logged):
-            figure = metric_curves(groups, metric, log_y=metric == "loss")
-            written[f"metrics_{metric}"] = save_figure(figure, out / f"metrics_{metric}", formats)[
-                0
-            ]
+    for metric in shared[1:]:
+        figure = metric_curves(groups, metric, log_y=log_scaled(metric))
+        written[f"metrics_{metric}"] = save_figure(figure, out / f"metrics_{metric}", formats)[0]
     probed = {run: r for run in runs if "clustering" in (r := _probe_results(run) or {})}
     scored = {
         label: [probed[run] for run in group if run in probed]
