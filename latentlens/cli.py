@@ -13,7 +13,7 @@ from latentlens import __version__
 from latentlens.cli_analysis import add_analysis_parsers
 from latentlens.cli_training import MODEL_CHOICES, add_eval_parser, add_train_parser
 from latentlens.devices import DEVICE_CHOICES, resolve_device
-from latentlens.models import VARIANTS, build_model, canonical_kind
+from latentlens.models import VARIANTS, build_model, canonical_kind, hook_axes
 from latentlens.tasks import TASKS, make_task
 from latentlens.training import model_for_task
 
@@ -97,8 +97,10 @@ def run_inspect(args: argparse.Namespace) -> int:
         )
     print(f"\nhook points of {variants[-1]} (batch {args.batch}):")
     name_width = 2 + max(len(hook_name) for hook_name in cache)
+    shape_width = 2 + max(len(str(list(act.shape))) for act in cache.values())
     for hook_name, act in cache.items():
-        print(f"  {hook_name:<{name_width}}{list(act.shape)}")
+        axes = ", ".join(hook_axes(hook_name) or ())
+        print(f"  {hook_name:<{name_width}}{str(list(act.shape)):<{shape_width}}{axes}".rstrip())
     # The last self-attention to run (the decoder's, in an encoder-decoder): its pattern
     # [batch, head, query, key] read as the code of the last query on itself.
     last_pattern = [n for n in cache if n.endswith(".attn.hook_pattern")][-1]

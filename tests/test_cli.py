@@ -29,7 +29,8 @@ def test_inspect_prints_reference_parameter_counts_and_hooks() -> None:
     result = run_cli("inspect", "--preset", "sraven", "--attention", "hyla", "--batch", "2")
     assert result.returncode == 0, result.stderr
     assert "402,824" in result.stdout
-    assert re.search(r"\n  blocks\.3\.attn\.hook_vnet_post +\[2, 36, 36, 4\]\n", result.stdout)
+    vnet = r"\n  blocks\.3\.attn\.hook_vnet_post +\[2, 36, 36, 4\] +batch, query, key, d_head\n"
+    assert re.search(vnet, result.stdout)
     header = result.stdout.splitlines()[2]
     assert header.index("norm") == result.stdout.splitlines()[3].index("rms_head")
 

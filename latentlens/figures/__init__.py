@@ -12,10 +12,11 @@ from latentlens.figures.probes import (
 )
 from latentlens.figures.routing import fuse_weight_curves, load_fuse_weights, routing_evolution
 from latentlens.figures.save import figure_svg, save_figure, save_plotly
-from latentlens.figures.tracking import load_tracked, tracked_array
+from latentlens.figures.tracking import TrackedArray, load_tracked, tracked_array
 from latentlens.figures.training import decoding_curves, metric_curves, translation_quality_curves
 
 __all__ = [
+    "TrackedArray",
     "code_embedding",
     "code_embedding_plotly",
     "decoding_by_head",

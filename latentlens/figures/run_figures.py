@@ -67,7 +67,8 @@ def run_figures(run_dir: str | Path, formats: Sequence[str] = ("png", "svg")) ->
         keep("translation_quality", translation_quality_curves({label: run}))
     for path in sorted(directory.tracking.glob("*.safetensors")):
         name = path.name.removesuffix(".safetensors")
-        keep(f"tracked_{name}", tracked_array(*load_tracked(path), name))
+        tracked = load_tracked(path)
+        keep(f"tracked_{name}", tracked_array(tracked.steps, tracked.values, name, tracked.axes))
     if any(directory.tracking.glob("*.fuse.hook_pattern.safetensors")):
         keep("fuse_weights", fuse_weight_curves(run))
         keep("fuse_weights_heatmap", fuse_weight_curves(run, heatmaps=True))

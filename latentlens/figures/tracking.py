@@ -1,15 +1,19 @@
 """Figures of arrays tracked over training (``tracking/{name}.safetensors``: ``steps``
-``[n]`` and ``values`` ``[n, ...]``, as :class:`latentlens.training.TrackedArrays` writes)."""
+``[n]`` and ``values`` ``[n, ...]``, with the names of a value's axes in the metadata, as
+:class:`latentlens.training.TrackedArrays` writes)."""
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
+from safetensors import safe_open
 from safetensors.torch import load_file
 
 from latentlens.figures.probes import tracked_heatmap
@@ -17,14 +21,33 @@ from latentlens.figures.probes import tracked_heatmap
 MAX_PANELS = 16
 
 
-def load_tracked(path: str | Path) -> tuple[list[int], np.ndarray]:
-    """The steps and values ``[steps, ...]`` of one tracked array file."""
+@dataclass(frozen=True)
+class TrackedArray:
+    """One array tracked over training: ``values[i]`` was recorded at ``steps[i]``; ``axes``
+    names the axes of one value (``("head", "query", "key")``), ``None`` where unnamed."""
+
+    steps: list[int]
+    values: np.ndarray
+    axes: tuple[str, ...] | None = None
+
+
+def load_tracked(path: str | Path) -> TrackedArray:
+    """The steps, values ``[steps, ...]`` and axis names of one tracked array file."""
     stored = load_file(str(path))
     if set(stored) != {"steps", "values"} or len(stored["steps"]) != len(stored["values"]):
         raise ValueError(
             f"{path} is not a tracked array (tensors 'steps' [n] and 'values' [n, ...])"
         )
-    return stored["steps"].tolist(), stored["values"].float().numpy()
+    with safe_open(str(path), framework="pt") as handle:
+        named = (handle.metadata() or {}).get("axes")
+    values = stored["values"].float().numpy()
+    axes = None if named is None else tuple(json.loads(named))
+    if axes is not None and len(axes) != values.ndim - 1:
+        raise ValueError(
+            f"{path} names axes {list(axes)} for values of shape {list(values.shape[1:])}: "
+            "the file is corrupt; record it again"
+        )
+    return TrackedArray(stored["steps"].tolist(), values, axes)
 
 
 def distance_to_last(values: np.ndarray) -> np.ndarray:
@@ -38,21 +61,34 @@ def distance_to_last(values: np.ndarray) -> np.ndarray:
     return distance / np.where(scale > 0, scale, 1.0)
 
 
-def tracked_array(steps: Sequence[int], values: np.ndarray, title: str) -> Figure:
+def tracked_array(
+    steps: Sequence[int],
+    values: np.ndarray,
+    title: str,
+    axes: Sequence[str] | None = None,
+) -> Figure:
     """A tracked array over training. Scalars and vectors per step (``[steps]``,
     ``[steps, features]``, e.g. fuse weights per source layer) as a heat map of their
     values over training. Larger arrays (``[steps, rows, ...]``, e.g. a mean attention
     pattern ``[head, query, key]``) as each row's relative distance to its last value
     over training (when it settled), beside the last value: one image per row (up to 16)
-    of ``[rows, ...]`` with three or more axes, one image of ``[rows, columns]`` with two."""
+    of ``[rows, ...]`` with three or more axes, one image of ``[rows, columns]`` with two.
+    ``axes`` names the axes of one value (as :func:`load_tracked` reads them) for the
+    labels; without it they are indices."""
     values = np.asarray(values, dtype=float)
     if values.ndim == 0 or values.shape[0] != len(steps) or not len(steps):
         raise ValueError(
             f"values must be [steps, ...] with {len(steps)} steps, got {list(values.shape)}"
         )
+    if axes is not None and len(axes) != values.ndim - 1:
+        raise ValueError(
+            f"axes {list(axes)} name {len(axes)} axes, but each value has "
+            f"{values.ndim - 1}: {list(values.shape[1:])}"
+        )
+    first = axes[0] if axes else "index"
     if values.ndim <= 2:
         values = values.reshape(len(steps), -1)
-        names = [f"index {i}" for i in range(values.shape[1])]
+        names = [f"{first} {i}" for i in range(values.shape[1])]
         return tracked_heatmap(steps, values, names, title)
     shape = list(values.shape[1:])
     last = values[-1].reshape(shape[0], shape[1], -1) if values.ndim > 3 else values[-1]
@@ -67,7 +103,7 @@ def tracked_array(steps: Sequence[int], values: np.ndarray, title: str) -> Figur
         distance_to_last(values).T, aspect="auto", cmap="magma", interpolation="nearest"
     )
     ax.yaxis.set_major_locator(MaxNLocator(nbins=min(shape[0], 12), integer=True))
-    ax.set_ylabel("index (first axis)")
+    ax.set_ylabel(first if axes else "index (first axis)")
     ticks = np.linspace(0, len(steps) - 1, min(len(steps), 6)).round().astype(int)
     ax.set_xticks(ticks, [str(steps[i]) for i in ticks])
     ax.set_xlabel("training step")
@@ -75,16 +111,19 @@ def tracked_array(steps: Sequence[int], values: np.ndarray, title: str) -> Figur
     left.colorbar(image, ax=ax)
     left.suptitle(f"{title} {shape} per step")
     low, high = float(np.min(last)), float(np.max(last))
-    axes = right.subplots(grid_rows, columns, squeeze=False).ravel()
-    for index, panel in enumerate(axes):
+    grid = right.subplots(grid_rows, columns, squeeze=False).ravel()
+    for index, panel in enumerate(grid):
         panel.set_axis_off()
         if index >= panels:
             continue
         shown, aspect = (last[index], "equal") if values.ndim > 3 else (last, "auto")
         image = panel.imshow(shown, cmap="viridis", vmin=low, vmax=high, aspect=aspect,
                              interpolation="nearest")  # fmt: skip
-        panel.set_title(f"index {index}" if values.ndim > 3 else "rows x columns", fontsize=8)
+        panel.set_title(f"{first} {index}" if values.ndim > 3 else "", fontsize=8)
     more = f", first {panels} of {shape[0]}" if values.ndim > 3 and panels < shape[0] else ""
-    right.suptitle(f"at step {steps[-1]}{more}", fontsize="medium")
-    right.colorbar(image, ax=list(axes), shrink=0.8)
+    image_axes = (axes or ())[-2:] if values.ndim == 3 else (axes or ())[1:]
+    rows_by = (f": {image_axes[0]} (rows) x {' x '.join(image_axes[1:])} (columns)"
+               if image_axes else ": rows x columns")  # fmt: skip
+    right.suptitle(f"at step {steps[-1]}{more}{rows_by}", fontsize="medium")
+    right.colorbar(image, ax=list(grid), shrink=0.8)
     return figure

@@ -13,6 +13,7 @@ from latentlens.models.config import (
 )
 from latentlens.models.encoder_decoder import EncoderDecoderConfig, EncoderDecoderTransformer
 from latentlens.models.fusion import CONNECTIONS, FuseAttention, LayerConnection
+from latentlens.models.hook_axes import HOOK_AXES, hook_axes
 from latentlens.models.hooked import HookedModel
 from latentlens.models.hypernetwork import HypernetworkConfig, HypernetworkTransformer
 from latentlens.models.latent import latent_codes, pattern_hook_name
@@ -35,6 +36,7 @@ from latentlens.models.transformer import MLP, DecoderTransformer, TransformerBl
 __all__ = [
     "ACTIVATIONS",
     "ACTIVATION_FUNCTIONS",
+    "HOOK_AXES",
     "CONNECTIONS",
     "MLP",
     "MODEL_ALIASES",
@@ -58,6 +60,7 @@ __all__ = [
     "TransformerConfig",
     "build_model",
     "canonical_kind",
+    "hook_axes",
     "latent_codes",
     "model_config",
     "model_preset",

@@ -27,9 +27,19 @@ def tracking_callbacks(config: dict[str, Any]) -> list[Callback]:
         model = config["model"]
         callbacks: list[Callback] = [TranslationQualityTracker()]
         if model.get("fuse", "none") != "none":
-            callbacks.append(ActivationRecorder(fuse_hook_names(model), reduce=mean_fuse_weights))
+            callbacks.append(
+                ActivationRecorder(
+                    fuse_hook_names(model), reduce=mean_fuse_weights, axes=("source_layer",)
+                )
+            )
         if model.get("connection", "none") != "none":
-            callbacks.append(QuantityRecorder("routing_matrix", lambda t: t.model.routing_matrix()))
+            callbacks.append(
+                QuantityRecorder(
+                    "routing_matrix",
+                    lambda t: t.model.routing_matrix(),
+                    axes=("decoder_layer", "encoder_layer"),
+                )
+            )
         return callbacks
     return []
 

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from fnmatch import fnmatchcase
 from typing import TYPE_CHECKING, Any
 
 import torch
 from safetensors.torch import load_file, save
 
+from latentlens.models import hook_axes
 from latentlens.training.checkpoint import atomic_write_bytes
 
 if TYPE_CHECKING:
@@ -52,11 +54,16 @@ def matching_hooks(hook_names: Iterable[str], patterns: Sequence[str]) -> list[s
 
 class TrackedArrays(Callback):
     """Arrays recorded at every evaluation into ``tracking/{name}.safetensors``: tensors
-    ``steps`` ``[n]`` and ``values`` ``[n, ...]``. On resume, records after the checkpoint's
-    step are dropped, so a resumed run's tracking equals an uninterrupted one's."""
+    ``steps`` ``[n]`` and ``values`` ``[n, ...]``, and, where ``axes`` names them, the names of
+    a value's axes in the file's metadata (``"axes"``: a JSON list, e.g. ``["head", "query",
+    "key"]``). On resume, records after the checkpoint's step are dropped, so a resumed
+    run's tracking equals an uninterrupted one's."""
 
-    def __init__(self, names: Sequence[str]) -> None:
+    def __init__(
+        self, names: Sequence[str], axes: Mapping[str, Sequence[str]] | None = None
+    ) -> None:
         self.names = list(names)
+        self.axes = {name: tuple(value_axes) for name, value_axes in (axes or {}).items()}
         self.steps: list[int] = []
         self.values: dict[str, list[torch.Tensor]] = {name: [] for name in self.names}
 
@@ -65,6 +72,12 @@ class TrackedArrays(Callback):
         return f"{name}.safetensors"
 
     def record(self, trainer: Trainer, step: int, values: dict[str, torch.Tensor]) -> None:
+        for name, value_axes in self.axes.items():
+            if values[name].ndim != len(value_axes):
+                raise ValueError(
+                    f"tracked {name} has shape {list(values[name].shape)} but its axes are "
+                    f"named {list(value_axes)}: give one name per axis of the recorded value"
+                )
         self.steps.append(step)
         for name in self.names:
             self.values[name].append(values[name].detach().float().cpu())
@@ -75,7 +88,8 @@ class TrackedArrays(Callback):
                 "steps": torch.tensor(self.steps, dtype=torch.long),
                 "values": torch.stack(self.values[name]).contiguous(),
             }
-            atomic_write_bytes(directory / self.file_name(name), save(tensors))
+            metadata = {"axes": json.dumps(self.axes[name])} if name in self.axes else None
+            atomic_write_bytes(directory / self.file_name(name), save(tensors, metadata))
 
     def on_resume(self, trainer: Trainer, step: int) -> None:
         for name in self.names:
@@ -90,10 +104,16 @@ class TrackedArrays(Callback):
 
 class QuantityRecorder(TrackedArrays):
     """Record ``compute(trainer)`` (a tensor, e.g. a function of the weights such as the
-    encoder-decoder routing matrix) as ``tracking/{name}.safetensors``."""
+    encoder-decoder routing matrix) as ``tracking/{name}.safetensors``; ``axes`` names the
+    tensor's axes."""
 
-    def __init__(self, name: str, compute: Callable[[Trainer], torch.Tensor]) -> None:
-        super().__init__([name])
+    def __init__(
+        self,
+        name: str,
+        compute: Callable[[Trainer], torch.Tensor],
+        axes: Sequence[str] | None = None,
+    ) -> None:
+        super().__init__([name], None if axes is None else {name: axes})
         self.compute = compute
 
     def on_eval(self, trainer: Trainer, step: int, records: list[dict[str, Any]]) -> None:
@@ -105,9 +125,11 @@ class ActivationRecorder(TrackedArrays):
 
     For each hook name, the activation on a fixed batch of ``split`` is reduced (default:
     mean over the batch; e.g. the mean attention pattern ``[head, query, key]`` of a layer)
-    and stored with its step: tensors ``steps`` ``[n]`` and ``values`` ``[n, ...]``. On resume,
-    records after the checkpoint's step are dropped, so a resumed run's tracking equals an
-    uninterrupted one's.
+    and stored with its step: tensors ``steps`` ``[n]`` and ``values`` ``[n, ...]``. The
+    batch mean's axes are the hook's contract axes without ``batch``
+    (:func:`latentlens.models.hook_axes`); ``axes`` names those of another ``reduce``'s
+    value, the same for every hook. On resume, records after the checkpoint's step are
+    dropped, so a resumed run's tracking equals an uninterrupted one's.
     """
 
     def __init__(
@@ -117,10 +139,17 @@ class ActivationRecorder(TrackedArrays):
         examples: int = 256,
         reduce: Callable[[torch.Tensor], torch.Tensor] = batch_mean,
         seed: int = 12345,
+        axes: Sequence[str] | None = None,
     ) -> None:
         if not hook_names:
             raise ValueError("ActivationRecorder needs at least one hook name")
-        super().__init__(hook_names)
+        if axes is not None:
+            named = dict.fromkeys(hook_names, axes)
+        elif reduce is batch_mean:
+            named = {n: a[1:] for n in hook_names if (a := hook_axes(n)) is not None}
+        else:
+            named = {}
+        super().__init__(hook_names, named)
         self.hook_names = list(hook_names)
         self.split, self.examples, self.reduce, self.seed = split, examples, reduce, seed
 

@@ -38,16 +38,31 @@ def test_a_tracked_pattern_shows_each_rows_settling_and_its_last_value(tmp_path:
     assert len(heads) == 3
     for head, panel in enumerate(heads):
         np.testing.assert_array_equal(panel.images[0].get_array(), pattern[-1, head])
-    assert titles(figure) == ["blocks.0.attn.hook_pattern [3, 5, 5] per step", "at step 40"]
+    assert titles(figure) == [
+        "blocks.0.attn.hook_pattern [3, 5, 5] per step",
+        "at step 40: rows x columns",
+    ]
+    assert settling.get_ylabel() == "index (first axis)"
+    assert heads[1].get_title() == "index 1"
     assert save_figure(figure, tmp_path / "pattern", ("png",))[0].stat().st_size > 1000
+
+    named = tracked_array([10, 20, 30, 40], pattern, "p", axes=("head", "query", "key"))
+    settling, *heads = imaged_axes(named)
+    assert settling.get_ylabel() == "head" and heads[2].get_title() == "head 2"
+    assert titles(named)[1] == "at step 40: query (rows) x key (columns)"
 
     many = tracked_array([1, 2], rng.random((2, 20, 4, 4)), "many heads")
     assert len(imaged_axes(many)) == 1 + 16
-    assert titles(many)[1] == "at step 2, first 16 of 20"
+    assert titles(many)[1] == "at step 2, first 16 of 20: rows x columns"
 
     rows = rng.random((2, 6, 7))  # [steps, position, d_model]: the last value as one image
-    settling, last = imaged_axes(tracked_array([1, 2], rows, "resid"))
+    resid = tracked_array([1, 2], rows, "resid", axes=("pos", "d_model"))
+    settling, last = imaged_axes(resid)
     np.testing.assert_array_equal(last.images[0].get_array(), rows[-1])
+    assert settling.get_ylabel() == "pos"
+    assert titles(resid)[1] == "at step 2: pos (rows) x d_model (columns)"
+    with pytest.raises(ValueError, match=r"axes \['head'\] name 1 axes, but each value has 2"):
+        tracked_array([1, 2], rows, "resid", axes=("head",))
 
 
 def test_scalars_and_vectors_are_drawn_as_values_over_training() -> None:
@@ -55,6 +70,8 @@ def test_scalars_and_vectors_are_drawn_as_values_over_training() -> None:
     (heat,) = imaged_axes(tracked_array([1, 2, 3], weights, "fuse"))
     np.testing.assert_array_equal(heat.images[0].get_array(), weights.T)
     assert [t.get_text() for t in heat.get_yticklabels()] == ["index 0", "index 1"]
+    (named,) = imaged_axes(tracked_array([1, 2, 3], weights, "fuse", axes=("source_layer",)))
+    assert [t.get_text() for t in named.get_yticklabels()] == ["source_layer 0", "source_layer 1"]
     (scalar,) = imaged_axes(tracked_array([1, 2, 3], np.array([1.0, 2.0, 3.0]), "norm"))
     np.testing.assert_array_equal(scalar.images[0].get_array(), [[1.0, 2.0, 3.0]])
     with pytest.raises(ValueError, match=r"values must be \[steps, \.\.\.\] with 2 steps"):
@@ -63,10 +80,16 @@ def test_scalars_and_vectors_are_drawn_as_values_over_training() -> None:
 
 def test_load_tracked_reads_a_recorder_file_and_refuses_others(tmp_path: Path) -> None:
     values = torch.arange(12.0).reshape(3, 4)
-    save_file({"steps": torch.tensor([5, 10, 15]), "values": values}, tmp_path / "a.safetensors")
-    steps, loaded = load_tracked(tmp_path / "a.safetensors")
-    assert steps == [5, 10, 15]
-    np.testing.assert_array_equal(loaded, values.numpy())
+    tensors = {"steps": torch.tensor([5, 10, 15]), "values": values}
+    save_file(tensors, tmp_path / "a.safetensors")
+    tracked = load_tracked(tmp_path / "a.safetensors")
+    assert tracked.steps == [5, 10, 15] and tracked.axes is None
+    np.testing.assert_array_equal(tracked.values, values.numpy())
+    save_file(tensors, tmp_path / "named.safetensors", metadata={"axes": '["source_layer"]'})
+    assert load_tracked(tmp_path / "named.safetensors").axes == ("source_layer",)
     save_file({"weights": values}, tmp_path / "b.safetensors")
     with pytest.raises(ValueError, match=r"b\.safetensors is not a tracked array"):
         load_tracked(tmp_path / "b.safetensors")
+    save_file(tensors, tmp_path / "c.safetensors", metadata={"axes": '["head", "query"]'})
+    with pytest.raises(ValueError, match=r"names axes \['head', 'query'\] for values of shape"):
+        load_tracked(tmp_path / "c.safetensors")

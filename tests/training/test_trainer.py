@@ -16,6 +16,7 @@ import torch
 from safetensors.torch import load_file
 
 from latentlens.cli import main
+from latentlens.figures import load_tracked
 from latentlens.models import TransformerConfig
 from latentlens.training import (
     ActivationRecorder,
@@ -333,6 +334,29 @@ def test_recorder_tracks_mean_attention_pattern(tmp_path: Path) -> None:
     assert stored["steps"].tolist() == [20, 40]
     assert stored["values"].shape == (2, 4, 16, 16)
     torch.testing.assert_close(stored["values"].sum(-1), torch.ones(2, 4, 16))  # softmax rows
+    tracked = load_tracked(tmp_path / "run/tracking/blocks.0.attn.hook_pattern.safetensors")
+    assert tracked.axes == ("head", "query", "key")  # the hook's axes, less the batch mean's
+
+
+def test_recorder_names_the_axes_of_a_custom_reduction(tmp_path: Path) -> None:
+    def per_head(pattern: torch.Tensor) -> torch.Tensor:
+        return pattern.mean(dim=(0, 2, 3))
+
+    hooks = ["blocks.0.attn.hook_pattern", "blocks.1.attn.hook_pattern"]
+    recorders = [
+        ActivationRecorder(hooks[:1], examples=8, reduce=per_head, axes=("head",)),
+        ActivationRecorder(hooks[1:], examples=8, reduce=per_head),  # unnamed: no axes
+    ]
+    Trainer.create(tmp_path / "run", tiny_config(steps=20), quiet=True, callbacks=recorders).train()
+    tracking = tmp_path / "run/tracking"
+    assert load_tracked(tracking / f"{hooks[0]}.safetensors").axes == ("head",)
+    assert load_tracked(tracking / f"{hooks[1]}.safetensors").axes is None
+    wrong = ActivationRecorder(hooks[:1], examples=8, reduce=per_head, axes=("head", "query"))
+    trainer = Trainer.create(
+        tmp_path / "other", tiny_config(steps=20), quiet=True, callbacks=[wrong]
+    )
+    with pytest.raises(ValueError, match=r"shape \[4\] but its axes are named \['head', 'query'\]"):
+        trainer.train()
 
 
 def test_train_track_records_the_mean_of_the_hooks_it_names(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ import torch
 from safetensors.torch import load_file
 
 from latentlens.cli import main
-from latentlens.figures import fuse_weight_curves, routing_evolution
+from latentlens.figures import fuse_weight_curves, load_tracked, routing_evolution
 from latentlens.models import EncoderDecoderConfig, EncoderDecoderTransformer
 from latentlens.probes.translation import translation_quality
 from latentlens.tasks import make_task
@@ -112,8 +112,12 @@ def test_train_command_with_fusion_and_gca_tracks_routing(tmp_path: Path, capsys
             # block l (0-based) fuses the embedding and its l predecessors: l + 1 sources
             assert stored["values"].shape == (2, layer + 1)
             torch.testing.assert_close(stored["values"].sum(-1), torch.ones(2))
+    fuse_file = tracking / "decoder.blocks.2.fuse.hook_pattern.safetensors"
+    assert load_tracked(fuse_file).axes == ("source_layer",)
     routing = load_file(str(tracking / "routing_matrix.safetensors"))
     assert routing["values"].shape == (2, 3, 3) and routing["steps"].tolist() == [3, 6]
+    routing_file = tracking / "routing_matrix.safetensors"
+    assert load_tracked(routing_file).axes == ("decoder_layer", "encoder_layer")
     quality = [json.loads(line) for line in (tracking / "translation_quality.jsonl").open()]
     assert [q["step"] for q in quality] == [3, 6]
     assert all(0.0 <= q["cter_instance"] <= 1.0 and 0.0 <= q["bleu_test"] <= 100 for q in quality)
