@@ -97,8 +97,9 @@ def final_quality(run: Path) -> dict[str, float]:
 
 
 def fuse_summary(run: Path) -> dict[str, Any]:
-    """Per fused layer: the mean weights per source at the first and last evaluation, and
-    their largest distance from uniform (1 / number of sources)."""
+    """Per fused layer: the mean weights per source at the first record (step 0, the
+    initialisation, in runs since the recorders record it) and the last, and their largest
+    distance from uniform (1 / number of sources)."""
     summary = {}
     for (side, layer), (steps, values) in sorted(load_fuse_weights(run).items()):
         if values.shape[1] < 2:
@@ -118,6 +119,7 @@ def routing_summary(run: Path) -> dict[str, Any]:
     stored = load_file(str(RunDirectory(run).tracking / "routing_matrix.safetensors"))
     values = stored["values"].numpy()
     return {
+        "first_step": int(stored["steps"][0]),
         "first": np.round(values[0].astype(float), 3).tolist(),
         "last": np.round(values[-1].astype(float), 3).tolist(),
         "moved": float(np.abs(values[-1] - values[0]).max()),
@@ -211,9 +213,10 @@ def print_tables(results: dict[str, Any]) -> None:
     for system, entry in systems.items():
         if "routing" in entry:
             moved = [r["moved"] for r in entry["routing"]]
+            first = entry["routing"][0]["first_step"]
             print(
-                f"\nrouting matrix of {system}: largest change from the first evaluation "
-                f"to the end {mean_std(moved)}; seed 0 at the end: {entry['routing'][0]['last']}"
+                f"\nrouting matrix of {system}: largest change from step {first} to the end "
+                f"{mean_std(moved)}; seed 0 at the end: {entry['routing'][0]['last']}"
             )
 
 

@@ -76,11 +76,11 @@ def report(out: Path, size: str, seeds: int, device: str, figures: Path) -> str:
     lines += [
         "",
         "Fuse weights of fusion-both (mean over batch, heads and positions, per source "
-        "layer: the embedding first), at the first evaluation and at the end, and their "
+        "layer: the embedding first), at the first record (step 0: the initialisation) and "
+        "at the end, and their "
         "largest distance from uniform at the end over seeds:",
         "",
-        "| fused layer | first evaluation (seed 0) | end (seed 0) "
-        "| max abs(w − uniform) at the end |",
+        "| fused layer | first record (seed 0) | end (seed 0) | max abs(w − uniform) at the end |",
         "|---|---|---|---|",
     ]
     fuse = systems["fusion-both"]["fuse"]
@@ -89,11 +89,12 @@ def report(out: Path, size: str, seeds: int, device: str, figures: Path) -> str:
         lines.append(
             f"| {layer} | step {first['first_step']}: {first['first']} | {first['last']} | {gaps} |"
         )
-    moved = [r["moved"] for r in systems["connection-gca"]["routing"]]
+    routing = systems["connection-gca"]["routing"]
+    moved = [r["moved"] for r in routing]
     lines += [
         "",
-        f"Routing matrix of the GCA layer connection: largest change from the first "
-        f"evaluation to the end {mean_std(moved)}.",
+        f"Routing matrix of the GCA layer connection: largest change from step "
+        f"{routing[0]['first_step']} to the end {mean_std(moved)}.",
     ]
     both, gca = run_path(out, "fusion-both", 0), run_path(out, "connection-gca", 0)
     save_figure(fuse_weight_curves(both), figures / "translation-fuse-weights", ("png",))

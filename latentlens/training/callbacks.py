@@ -20,6 +20,10 @@ if TYPE_CHECKING:
 class Callback:
     """Hooks into the loop; override what you need. ``step`` counts finished steps."""
 
+    def on_start(self, trainer: Trainer) -> None:
+        """When a new run starts training, before its first step (the initialisation,
+        step 0); on the process that writes the run directory."""
+
     def on_step(self, trainer: Trainer, step: int, loss: torch.Tensor) -> None:
         """After every optimisation step (``loss`` stays on the device: no host sync)."""
 
@@ -53,11 +57,12 @@ def matching_hooks(hook_names: Iterable[str], patterns: Sequence[str]) -> list[s
 
 
 class TrackedArrays(Callback):
-    """Arrays recorded at every evaluation into ``tracking/{name}.safetensors``: tensors
-    ``steps`` ``[n]`` and ``values`` ``[n, ...]``, and, where ``axes`` names them, the names of
-    a value's axes in the file's metadata (``"axes"``: a JSON list, e.g. ``["head", "query",
-    "key"]``). On resume, records after the checkpoint's step are dropped, so a resumed
-    run's tracking equals an uninterrupted one's."""
+    """Arrays recorded at the start of a run (step 0) and at every evaluation into
+    ``tracking/{name}.safetensors``: tensors ``steps`` ``[n]`` and ``values`` ``[n, ...]``,
+    and, where ``axes`` names them, the names of a value's axes in the file's metadata
+    (``"axes"``: a JSON list, e.g. ``["head", "query", "key"]``). Subclasses say what is
+    recorded in :meth:`current`. On resume, records after the checkpoint's step are
+    dropped, so a resumed run's tracking equals an uninterrupted one's."""
 
     def __init__(
         self, names: Sequence[str], axes: Mapping[str, Sequence[str]] | None = None
@@ -70,6 +75,16 @@ class TrackedArrays(Callback):
     @staticmethod
     def file_name(name: str) -> str:
         return f"{name}.safetensors"
+
+    def current(self, trainer: Trainer) -> dict[str, torch.Tensor]:
+        """Each tracked array's value now, by name."""
+        raise NotImplementedError
+
+    def on_start(self, trainer: Trainer) -> None:
+        self.record(trainer, trainer.step, self.current(trainer))
+
+    def on_eval(self, trainer: Trainer, step: int, records: list[dict[str, Any]]) -> None:
+        self.record(trainer, step, self.current(trainer))
 
     def record(self, trainer: Trainer, step: int, values: dict[str, torch.Tensor]) -> None:
         for name, value_axes in self.axes.items():
@@ -116,12 +131,13 @@ class QuantityRecorder(TrackedArrays):
         super().__init__([name], None if axes is None else {name: axes})
         self.compute = compute
 
-    def on_eval(self, trainer: Trainer, step: int, records: list[dict[str, Any]]) -> None:
-        self.record(trainer, step, {self.names[0]: self.compute(trainer)})
+    def current(self, trainer: Trainer) -> dict[str, torch.Tensor]:
+        return {self.names[0]: self.compute(trainer)}
 
 
 class ActivationRecorder(TrackedArrays):
-    """Record hooked quantities at every evaluation into ``tracking/{name}.safetensors``.
+    """Record hooked quantities at step 0 and every evaluation into
+    ``tracking/{name}.safetensors``.
 
     For each hook name, the activation on a fixed batch of ``split`` is reduced (default:
     mean over the batch; e.g. the mean attention pattern ``[head, query, key]`` of a layer)
@@ -153,7 +169,7 @@ class ActivationRecorder(TrackedArrays):
         self.hook_names = list(hook_names)
         self.split, self.examples, self.reduce, self.seed = split, examples, reduce, seed
 
-    def on_eval(self, trainer: Trainer, step: int, records: list[dict[str, Any]]) -> None:
+    def current(self, trainer: Trainer) -> dict[str, torch.Tensor]:
         unknown = [n for n in self.hook_names if n not in trainer.model.hook_dict]
         if unknown:
             raise ValueError(
@@ -169,4 +185,4 @@ class ActivationRecorder(TrackedArrays):
                 *trainer.task.model_inputs(batch), names_filter=lambda name: name in self.hook_names
             )
         trainer.model.train(was_training)
-        self.record(trainer, step, {name: self.reduce(cache[name]) for name in self.hook_names})
+        return {name: self.reduce(cache[name]) for name in self.hook_names}

@@ -44,7 +44,7 @@ class TrainConfig(JsonConfig):
     Evaluation and checkpoints happen every ``eval_every`` steps and at the end.
     ``grad_clip`` > 0 clips the global gradient norm to it (0: no clipping).
     ``track``: hook names, or shell-style patterns such as ``blocks.*.attn.hook_pattern``,
-    whose activations (mean over a fixed batch) are recorded at every evaluation into
+    whose activations (mean over a fixed batch) are recorded at step 0 and every evaluation into
     ``tracking/`` (:class:`latentlens.training.ActivationRecorder`).
     ``precision``: ``fp32`` (strict float32), ``tf32`` (float32 tensors, matmuls on CUDA's
     TF32 tensor cores: JAX's default on Ampere and Hopper GPUs, hence the official code's)

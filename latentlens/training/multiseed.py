@@ -280,6 +280,10 @@ class SeedGroup:
         last: list[list[dict[str, Any]]] = [[] for _ in self.trainers]
         first_bad = torch.full((seeds,), NO_BAD_STEP, dtype=torch.long, device=self.device)
         running, count = torch.zeros(seeds, device=self.device), 0
+        if self.step == 0:
+            for trainer in self.trainers:
+                for callback in trainer.callbacks:
+                    callback.on_start(trainer)
         bar = tqdm(total=cfg.steps, initial=self.step, disable=quiet,
                    desc=f"train {seeds} seeds", dynamic_ncols=True)  # fmt: skip
         with bar:

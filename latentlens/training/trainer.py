@@ -378,6 +378,9 @@ class Trainer:
         last_records: list[dict[str, Any]] = []
         first_bad = torch.full((), NO_BAD_STEP, dtype=torch.long, device=self.device)
         running, count = torch.zeros((), device=self.device), 0
+        if self.step == 0 and self.dist.is_main:
+            for callback in self.callbacks:
+                callback.on_start(self)
         bar = tqdm(
             total=cfg.steps, initial=self.step, disable=self.quiet, desc="train", dynamic_ncols=True
         )

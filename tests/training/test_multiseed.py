@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from latentlens.cli import main
 from latentlens.training import (
@@ -32,7 +33,9 @@ TASKS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
 }  # fmt: skip
 
 
-def tiny_config(task: str, dropout: float = 0.0, steps: int = 30) -> dict[str, Any]:
+def tiny_config(
+    task: str, dropout: float = 0.0, steps: int = 30, track: tuple[str, ...] = ()
+) -> dict[str, Any]:
     task_config, model = TASKS[task]
     if task != "translation":
         model = {**model, "attention_dropout": dropout}
@@ -40,7 +43,13 @@ def tiny_config(task: str, dropout: float = 0.0, steps: int = 30) -> dict[str, A
         task,
         model_for_task(task, task_config, **model),
         TrainConfig.for_task(
-            task, steps=steps, batch_size=16, warmup_steps=5, eval_every=15, eval_examples=32
+            task,
+            steps=steps,
+            batch_size=16,
+            warmup_steps=5,
+            eval_every=15,
+            eval_examples=32,
+            track=track,
         ),  # fmt: skip
         task_config,
     )
@@ -48,7 +57,7 @@ def tiny_config(task: str, dropout: float = 0.0, steps: int = 30) -> dict[str, A
 
 @pytest.mark.parametrize("task", sorted(TASKS))
 def test_each_seed_trains_as_its_own_run_would(task: str, tmp_path: Path) -> None:
-    configs = seed_configs(tiny_config(task), [0, 1])
+    configs = seed_configs(tiny_config(task, track=("*blocks.0.attn.hook_pattern",)), [0, 1])
     group = SeedGroup.create([tmp_path / "g0", tmp_path / "g1"], configs, device="cpu", quiet=True)
     group.train(quiet=True)
     for seed, config in enumerate(configs):
@@ -63,6 +72,16 @@ def test_each_seed_trains_as_its_own_run_would(task: str, tmp_path: Path) -> Non
             # the same data, init and updates; vmapped kernels only sum floats in another
             # order (measured differences <= 2.4e-7)
             assert a == pytest.approx(b, abs=1e-5)
+        # --track's recorder, from the initialisation (step 0) on, as the run alone records
+        tracked = sorted((tmp_path / f"g{seed}/tracking").glob("*.safetensors"))
+        assert tracked, "the --track recorder wrote nothing"
+        for path in tracked:
+            grouped_file = load_file(str(path))
+            alone_file = load_file(str(tmp_path / f"single{seed}/tracking" / path.name))
+            assert grouped_file["steps"].tolist() == alone_file["steps"].tolist() == [0, 15, 30]
+            grouped_values, alone_values = grouped_file["values"], alone_file["values"]
+            torch.testing.assert_close(grouped_values, alone_values, atol=1e-5, rtol=0)
+            assert torch.equal(grouped_values[0], alone_values[0])  # the same initialisation
         if task == "fuzzy-logic":
             for (name, p), (_, q) in zip(group.trainers[seed].model.named_parameters(),
                                          single.model.named_parameters(), strict=True):  # fmt: skip

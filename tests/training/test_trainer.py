@@ -254,7 +254,7 @@ def test_sigkill_then_resume_equals_an_uninterrupted_run(tmp_path: Path) -> None
             load_file(str(tmp_path / "whole" / name)),
             load_file(str(killed_dir / name)),
         )
-        assert tracked_a["steps"].tolist() == list(range(20, 201, 20))
+        assert tracked_a["steps"].tolist() == list(range(0, 201, 20))  # from the initialisation
         assert all(torch.equal(tracked_a[k], tracked_b[k]) for k in ("steps", "values"))
 
 
@@ -331,9 +331,9 @@ def test_recorder_tracks_mean_attention_pattern(tmp_path: Path) -> None:
         tmp_path / "run", tiny_config(steps=40), quiet=True, callbacks=[recorder]
     ).train()
     stored = load_file(str(tmp_path / "run/tracking/blocks.0.attn.hook_pattern.safetensors"))
-    assert stored["steps"].tolist() == [20, 40]
-    assert stored["values"].shape == (2, 4, 16, 16)
-    torch.testing.assert_close(stored["values"].sum(-1), torch.ones(2, 4, 16))  # softmax rows
+    assert stored["steps"].tolist() == [0, 20, 40]  # the initialisation, then each evaluation
+    assert stored["values"].shape == (3, 4, 16, 16)
+    torch.testing.assert_close(stored["values"].sum(-1), torch.ones(3, 4, 16))  # softmax rows
     tracked = load_tracked(tmp_path / "run/tracking/blocks.0.attn.hook_pattern.safetensors")
     assert tracked.axes == ("head", "query", "key")  # the hook's axes, less the batch mean's
 
@@ -380,9 +380,36 @@ def test_train_track_records_the_mean_of_the_hooks_it_names(tmp_path: Path) -> N
     for layer in (0, 1):
         name = f"blocks.{layer}.attn.hook_pattern"
         stored = load_file(str(tmp_path / f"run/tracking/{name}.safetensors"))
-        assert stored["steps"].tolist() == [20, 40]
+        assert stored["steps"].tolist() == [0, 20, 40]
         torch.testing.assert_close(stored["values"][-1], cache[name].mean(0), rtol=0, atol=1e-6)
-        assert not torch.equal(stored["values"][0], stored["values"][1])  # it trained
+        assert not torch.equal(stored["values"][1], stored["values"][2])  # it trained
+    # Step 0 is the initialisation: the same seed's untrained model on the same batch.
+    untrained = Trainer.create(tmp_path / "untrained", config, quiet=True)
+    with torch.no_grad():
+        _, cache = untrained.model.eval().run_with_cache(
+            *trainer.task.model_inputs(batch), names_filter=recorder.hook_names
+        )
+    stored = load_file(str(tmp_path / "run/tracking/blocks.1.attn.hook_pattern.safetensors"))
+    torch.testing.assert_close(
+        stored["values"][0], cache["blocks.1.attn.hook_pattern"].mean(0), rtol=0, atol=1e-6
+    )
+
+
+def test_recording_leaves_training_bit_for_bit_unchanged(tmp_path: Path) -> None:
+    """The recorders draw their batch from their own generator and run the model without
+    dropout: a run that tracks trains exactly as one that does not."""
+    plain = tiny_config(steps=40, attention="hyla")
+    tracked = tiny_config(steps=40, attention="hyla", track=["blocks.*.attn.hook_pattern"])
+    for name, config in (("plain", plain), ("tracked", tracked)):
+        Trainer.create(tmp_path / name, config, quiet=True).train()
+    assert (tmp_path / "plain/metrics.jsonl").read_text() == (
+        tmp_path / "tracked/metrics.jsonl"
+    ).read_text()
+    weights = [
+        load_file(str(list_checkpoints(tmp_path / name / "checkpoints")[-1][1]))
+        for name in ("plain", "tracked")
+    ]
+    assert all(torch.equal(weights[0][key], weights[1][key]) for key in weights[0])
 
 
 def test_train_track_refuses_what_it_cannot_record_before_writing(tmp_path: Path) -> None:

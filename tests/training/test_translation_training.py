@@ -108,14 +108,14 @@ def test_train_command_with_fusion_and_gca_tracks_routing(tmp_path: Path, capsys
             stored = load_file(
                 str(tracking / f"{side}.blocks.{layer}.fuse.hook_pattern.safetensors")
             )
-            assert stored["steps"].tolist() == [3, 6]
+            assert stored["steps"].tolist() == [0, 3, 6]
             # block l (0-based) fuses the embedding and its l predecessors: l + 1 sources
-            assert stored["values"].shape == (2, layer + 1)
-            torch.testing.assert_close(stored["values"].sum(-1), torch.ones(2))
+            assert stored["values"].shape == (3, layer + 1)
+            torch.testing.assert_close(stored["values"].sum(-1), torch.ones(3))
     fuse_file = tracking / "decoder.blocks.2.fuse.hook_pattern.safetensors"
     assert load_tracked(fuse_file).axes == ("source_layer",)
     routing = load_file(str(tracking / "routing_matrix.safetensors"))
-    assert routing["values"].shape == (2, 3, 3) and routing["steps"].tolist() == [3, 6]
+    assert routing["values"].shape == (3, 3, 3) and routing["steps"].tolist() == [0, 3, 6]
     routing_file = tracking / "routing_matrix.safetensors"
     assert load_tracked(routing_file).axes == ("decoder_layer", "encoder_layer")
     quality = [json.loads(line) for line in (tracking / "translation_quality.jsonl").open()]
