@@ -41,13 +41,25 @@ def load_tracked(path: str | Path) -> TrackedArray:
     with safe_open(str(path), framework="pt") as handle:
         named = (handle.metadata() or {}).get("axes")
     values = stored["values"].float().numpy()
-    axes = None if named is None else tuple(json.loads(named))
-    if axes is not None and len(axes) != values.ndim - 1:
+    axes = None if named is None else _axis_names(named)
+    if named is not None and (axes is None or len(axes) != values.ndim - 1):
         raise ValueError(
-            f"{path} names axes {list(axes)} for values of shape {list(values.shape[1:])}: "
+            f"{path} names axes {named} for values of shape {list(values.shape[1:])}: "
             "the file is corrupt; record it again"
         )
     return TrackedArray(stored["steps"].tolist(), values, axes)
+
+
+def _axis_names(named: str) -> tuple[str, ...] | None:
+    """The axis names a tracked array's metadata holds (a JSON list of strings); ``None``
+    for anything else."""
+    try:
+        axes = json.loads(named)
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(axes, list) or not all(isinstance(axis, str) for axis in axes):
+        return None
+    return tuple(axes)
 
 
 def distance_to_last(values: np.ndarray) -> np.ndarray:

@@ -91,5 +91,9 @@ def test_load_tracked_reads_a_recorder_file_and_refuses_others(tmp_path: Path) -
     with pytest.raises(ValueError, match=r"b\.safetensors is not a tracked array"):
         load_tracked(tmp_path / "b.safetensors")
     save_file(tensors, tmp_path / "c.safetensors", metadata={"axes": '["head", "query"]'})
-    with pytest.raises(ValueError, match=r"names axes \['head', 'query'\] for values of shape"):
+    with pytest.raises(ValueError, match=r'names axes \["head", "query"\] for values of shape'):
         load_tracked(tmp_path / "c.safetensors")
+    for bad in ("head", '{"head": 1}', "[1]"):  # not JSON, or not a list of names
+        save_file(tensors, tmp_path / "d.safetensors", metadata={"axes": bad})
+        with pytest.raises(ValueError, match="the file is corrupt; record it again"):
+            load_tracked(tmp_path / "d.safetensors")
