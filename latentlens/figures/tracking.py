@@ -14,7 +14,6 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 from safetensors import safe_open
-from safetensors.torch import load_file
 
 from latentlens.figures.probes import tracked_heatmap
 
@@ -33,13 +32,14 @@ class TrackedArray:
 
 def load_tracked(path: str | Path) -> TrackedArray:
     """The steps, values ``[steps, ...]`` and axis names of one tracked array file."""
-    stored = load_file(str(path))
+    with safe_open(str(path), framework="pt") as handle:
+        keys = handle.keys()  # a safe_open handle is not iterable
+        stored = {key: handle.get_tensor(key) for key in keys}
+        named = (handle.metadata() or {}).get("axes")
     if set(stored) != {"steps", "values"} or len(stored["steps"]) != len(stored["values"]):
         raise ValueError(
             f"{path} is not a tracked array (tensors 'steps' [n] and 'values' [n, ...])"
         )
-    with safe_open(str(path), framework="pt") as handle:
-        named = (handle.metadata() or {}).get("axes")
     values = stored["values"].float().numpy()
     axes = None if named is None else _axis_names(named)
     if named is not None and (axes is None or len(axes) != values.ndim - 1):
