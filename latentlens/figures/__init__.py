@@ -12,8 +12,9 @@ from latentlens.figures.probes import (
 )
 from latentlens.figures.routing import fuse_weight_curves, load_fuse_weights, routing_evolution
 from latentlens.figures.save import figure_svg, save_figure, save_plotly
-from latentlens.figures.tracking import TrackedArray, load_tracked, tracked_array
+from latentlens.figures.tracking import tracked_array
 from latentlens.figures.training import decoding_curves, metric_curves, translation_quality_curves
+from latentlens.training.tracked_file import TrackedArray, load_tracked
 
 __all__ = [
     "TrackedArray",

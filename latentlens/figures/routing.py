@@ -8,10 +8,10 @@ from pathlib import Path
 
 import numpy as np
 from matplotlib.figure import Figure
-from safetensors.torch import load_file
 
 from latentlens.figures.axes import step_axis
 from latentlens.training.run_dir import RunDirectory
+from latentlens.training.tracked_file import load_tracked
 
 _FUSE = re.compile(r"^(encoder|decoder)\.blocks\.(\d+)\.fuse\.hook_pattern\.safetensors$")
 
@@ -21,11 +21,8 @@ def load_fuse_weights(run_dir: str | Path) -> dict[tuple[str, int], tuple[np.nda
     found = {}
     for path in sorted(RunDirectory(run_dir).tracking.glob("*.safetensors")):
         if match := _FUSE.match(path.name):
-            stored = load_file(str(path))
-            found[(match.group(1), int(match.group(2)))] = (
-                stored["steps"].numpy(),
-                stored["values"].float().numpy(),
-            )
+            tracked = load_tracked(path)
+            found[(match.group(1), int(match.group(2)))] = (np.array(tracked.steps), tracked.values)
     if not found:
         raise ValueError(f"{run_dir} has no tracked fuse weights: train a fusion model")
     return found
@@ -81,8 +78,8 @@ def routing_evolution(run_dir: str | Path) -> Figure:
     path = RunDirectory(run_dir).tracking / "routing_matrix.safetensors"
     if not path.is_file():
         raise ValueError(f"{run_dir} has no tracked routing matrix: train with --connection")
-    stored = load_file(str(path))
-    steps, values = stored["steps"].numpy(), stored["values"].float().numpy()
+    tracked = load_tracked(path)
+    steps, values = np.array(tracked.steps), tracked.values
     dec, enc = values.shape[1:]
     figure = Figure(figsize=(10, 3.4), layout="constrained")
     left, right = figure.subplots(1, 2, width_ratios=[1, 1.6])

@@ -17,7 +17,7 @@ from latentlens.figures.probes import (
 )
 from latentlens.figures.routing import fuse_weight_curves, routing_evolution
 from latentlens.figures.save import save_figure, save_plotly
-from latentlens.figures.tracking import load_tracked, tracked_array
+from latentlens.figures.tracking import tracked_array
 from latentlens.figures.training import (
     decoding_curves,
     logged_metrics,
@@ -26,6 +26,7 @@ from latentlens.figures.training import (
     translation_quality_curves,
 )
 from latentlens.training.run_dir import RunDirectory, group_by_config, read_jsonl
+from latentlens.training.tracked_file import load_tracked
 
 PROBE_RESULTS = Path("probes") / "results.json"
 SEED_SUFFIX = re.compile(r"-s\d+$")

@@ -1,65 +1,18 @@
-"""Figures of arrays tracked over training (``tracking/{name}.safetensors``: ``steps``
-``[n]`` and ``values`` ``[n, ...]``, with the names of a value's axes in the metadata, as
-:class:`latentlens.training.TrackedArrays` writes)."""
+"""Figures of arrays tracked over training (``tracking/{name}.safetensors``, as
+:func:`latentlens.training.tracked_file.load_tracked` reads them)."""
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
-from safetensors import safe_open
 
 from latentlens.figures.probes import tracked_heatmap
 
 MAX_PANELS = 16
-
-
-@dataclass(frozen=True)
-class TrackedArray:
-    """One array tracked over training: ``values[i]`` was recorded at ``steps[i]``; ``axes``
-    names the axes of one value (``("head", "query", "key")``), ``None`` where unnamed."""
-
-    steps: list[int]
-    values: np.ndarray
-    axes: tuple[str, ...] | None = None
-
-
-def load_tracked(path: str | Path) -> TrackedArray:
-    """The steps, values ``[steps, ...]`` and axis names of one tracked array file."""
-    with safe_open(str(path), framework="pt") as handle:
-        keys = handle.keys()  # a safe_open handle is not iterable
-        stored = {key: handle.get_tensor(key) for key in keys}
-        named = (handle.metadata() or {}).get("axes")
-    if set(stored) != {"steps", "values"} or len(stored["steps"]) != len(stored["values"]):
-        raise ValueError(
-            f"{path} is not a tracked array (tensors 'steps' [n] and 'values' [n, ...])"
-        )
-    values = stored["values"].float().numpy()
-    axes = None if named is None else _axis_names(named)
-    if named is not None and (axes is None or len(axes) != values.ndim - 1):
-        raise ValueError(
-            f"{path} names axes {named} for values of shape {list(values.shape[1:])}: "
-            "the file is corrupt; record it again"
-        )
-    return TrackedArray(stored["steps"].tolist(), values, axes)
-
-
-def _axis_names(named: str) -> tuple[str, ...] | None:
-    """The axis names a tracked array's metadata holds (a JSON list of strings); ``None``
-    for anything else."""
-    try:
-        axes = json.loads(named)
-    except json.JSONDecodeError:
-        return None
-    if not isinstance(axes, list) or not all(isinstance(axis, str) for axis in axes):
-        return None
-    return tuple(axes)
 
 
 def distance_to_last(values: np.ndarray) -> np.ndarray:

@@ -7,6 +7,8 @@ names follow TransformerLens (``pos``, ``head``, ``d_head``, ``d_model``, ``d_ml
 
 from __future__ import annotations
 
+from latentlens.models.latent import ATTENTION_MODULES
+
 RESIDUAL = ("batch", "pos", "d_model")
 PER_HEAD = ("batch", "pos", "head", "d_head")
 PAIRWISE = ("batch", "head", "query", "key")
@@ -30,7 +32,7 @@ HOOK_AXES: dict[str, tuple[str, ...]] = {
         ),
         RESIDUAL,
     ),
-    **{f"{m}.hook_{n}": PER_HEAD for m in ("attn", "cross_attn", "fuse") for n in "qkvz"},
+    **{f"{m}.hook_{n}": PER_HEAD for m in ATTENTION_MODULES for n in "qkvz"},
     # a decoder's cross-attention reads its keys and values from the source positions
     "cross_attn.hook_k": ("batch", "source_pos", "head", "d_head"),
     "cross_attn.hook_v": ("batch", "source_pos", "head", "d_head"),

@@ -10,6 +10,7 @@ from latentlens.training.checkpoint import CheckpointError, list_checkpoints, lo
 from latentlens.training.config import MODEL_DEFAULTS, PRECISIONS, TASK_DEFAULTS, TrainConfig
 from latentlens.training.multiseed import SeedGroup, seed_configs
 from latentlens.training.run_dir import RunDirectory
+from latentlens.training.tracked_file import TrackedArray, load_tracked
 from latentlens.training.trainer import (
     Trainer,
     TrainingDiverged,
@@ -21,6 +22,7 @@ from latentlens.training.trainer import (
 
 __all__ = [
     "SeedGroup",
+    "load_tracked",
     "seed_configs",
     "train_or_resume",
     "MODEL_DEFAULTS",
@@ -31,6 +33,7 @@ __all__ = [
     "QuantityRecorder",
     "CheckpointError",
     "RunDirectory",
+    "TrackedArray",
     "TrackedArrays",
     "TrainConfig",
     "Trainer",

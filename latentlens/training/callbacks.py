@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from fnmatch import fnmatchcase
 from typing import TYPE_CHECKING, Any
 
 import torch
-from safetensors.torch import load_file, save
 
 from latentlens.models import hook_axes
 from latentlens.training.checkpoint import atomic_write_bytes
+from latentlens.training.tracked_file import load_tracked, tracked_bytes
 
 if TYPE_CHECKING:
     from latentlens.training.trainer import Trainer
@@ -99,22 +98,18 @@ class TrackedArrays(Callback):
         directory = trainer.run_dir.tracking
         directory.mkdir(parents=True, exist_ok=True)
         for name in self.names:
-            tensors = {
-                "steps": torch.tensor(self.steps, dtype=torch.long),
-                "values": torch.stack(self.values[name]).contiguous(),
-            }
-            metadata = {"axes": json.dumps(self.axes[name])} if name in self.axes else None
-            atomic_write_bytes(directory / self.file_name(name), save(tensors, metadata))
+            file = tracked_bytes(self.steps, torch.stack(self.values[name]), self.axes.get(name))
+            atomic_write_bytes(directory / self.file_name(name), file)
 
     def on_resume(self, trainer: Trainer, step: int) -> None:
         for name in self.names:
             path = trainer.run_dir.tracking / self.file_name(name)
             if not path.is_file():
                 continue
-            stored = load_file(str(path))
-            keep = stored["steps"] <= step
-            self.steps = stored["steps"][keep].tolist()
-            self.values[name] = list(stored["values"][keep])
+            tracked = load_tracked(path)
+            kept = [i for i, recorded in enumerate(tracked.steps) if recorded <= step]
+            self.steps = [tracked.steps[i] for i in kept]
+            self.values[name] = [torch.from_numpy(tracked.values[i]) for i in kept]
 
 
 class QuantityRecorder(TrackedArrays):
