@@ -10,6 +10,7 @@ from collections.abc import Callable
 import pytest
 import torch
 
+from latentlens.models.config import VARIANTS
 from latentlens.tasks.base import Draws
 from latentlens.training import SeedGroup, TrainConfig, Trainer, model_for_task, seed_configs
 from latentlens.training.objective import SeedGroupObjective, TrainingObjective
@@ -168,3 +169,59 @@ def test_compiled_seed_group_objective_gives_each_seeds_eager_loss_and_gradients
         own = task_obj.draw(32, "train", generators[seed])
         single = TrainingObjective(trainer.model, task_obj)(own)
         torch.testing.assert_close(eager_losses[seed], single.detach(), rtol=1e-6, atol=0.0)
+
+
+class GraphCounter:
+    """A ``torch.compile`` backend that counts the graphs dynamo hands it and runs each
+    eagerly (no code generation: tracing alone, a second or two a model)."""
+
+    def __init__(self) -> None:
+        self.graphs = 0
+
+    def __call__(self, graph: torch.fx.GraphModule, example_inputs: list) -> Callable:
+        self.graphs += 1
+        return graph.forward
+
+
+# Every model kind and every attention variant the trainer can compile, on its task.
+ONE_GRAPH_CASES = {
+    **{f"fuzzy-logic-{variant}": ("fuzzy-logic", "transformer", {"attention": variant})
+       for variant in VARIANTS},
+    "sraven-hyla": ("sraven", "transformer", {"attention": "hyla", "n_layers": 2}),
+    "modular-icl-transformer": ("modular-icl", "transformer", {"attention": "hyla"}),
+    "modular-icl-hypernetwork": ("modular-icl", "hypernetwork", {"attention": "hyla"}),
+    "translation-fusion-gca": ("translation", "fusion", {"attention": "hyla", "connection": "gca"}),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", sorted(ONE_GRAPH_CASES))
+def test_the_objective_compiles_to_one_graph_single_and_seed_group(case: str) -> None:
+    """``--compile`` fuses the objective's assembly, model and loss only as far as dynamo
+    traces them as one graph: a graph break (a Python side effect, a host read, an op
+    dynamo cannot trace) splits them into graphs compiled apart, with eager Python between,
+    and costs a GPU step its fusion silently, since a break is not an error. Here each
+    traces as one graph (``fullgraph=True`` raises at a break, the counter checks that no
+    second graph was compiled), a single run's and a seed group's, attention dropout on."""
+    task, kind, overrides = ONE_GRAPH_CASES[case]
+    sizes = dict(d_model=16, n_heads=2, qk_dim=8, v_dim=8, d_mlp=32)
+    if kind == "fusion":
+        sizes = {**sizes, "n_layers_encoder": 2, "n_layers_decoder": 2}
+    model = model_for_task(task, model=kind, **{**sizes, **overrides}, attention_dropout=0.1)
+    config = Trainer.resolve_config(task, model, TrainConfig.for_task(task))
+    trainers = [Trainer(None, c, device="cpu", quiet=True) for c in seed_configs(config, [0, 1])]
+    task_obj = trainers[0].task
+
+    single, group = GraphCounter(), GraphCounter()
+    torch._dynamo.reset()
+    objective = torch.compile(
+        TrainingObjective(trainers[0].model, task_obj), backend=single, fullgraph=True
+    )
+    objective(task_obj.draw(8, "train", task_obj.make_generator(0))).backward()
+    seed_group = SeedGroup(trainers)
+    draws = task_obj.draw_seeds(8, "train", [task_obj.make_generator(s) for s in (0, 1)])
+    torch._dynamo.reset()
+    group_objective = torch.compile(
+        SeedGroupObjective(trainers[0].model, task_obj), backend=group, fullgraph=True
+    )
+    group_objective(seed_group.params, seed_group.buffers, draws).sum().backward()
+    assert (single.graphs, group.graphs) == (1, 1)
