@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import plotly.graph_objects as go
+from plotly.colors import qualitative
 
 from latentlens.figures.axes import log_scaled, metric_label
 from latentlens.figures.probes import legend_order
@@ -22,13 +23,16 @@ from latentlens.figures.training import (
 
 def code_embedding_plotly(results: Mapping[str, Any], title: str = "") -> go.Figure:
     """The 2-D embedding of latent codes, one trace per rule (click the legend to hide
-    one); out-of-distribution points are crosses."""
+    one); out-of-distribution points are crosses in their rule's colour. The colours are
+    :func:`~latentlens.figures.code_embedding`'s (matplotlib's ``tab10``, plotly's ``D3``),
+    and each entry gives its number of points."""
     if "embedding" not in results:
         raise ValueError("the probe results have no 'embedding'; run `latentlens probe` first")
     data = results["embedding"]
     figure = go.Figure()
     names = legend_order(data)
-    for name in names:
+    for index, name in enumerate(names):
+        colour = qualitative.D3[index % len(qualitative.D3)]
         for is_ood in (False, True):
             rows = [
                 i for i, (label, split) in enumerate(zip(data["label"], data["split"], strict=True))
@@ -41,9 +45,14 @@ def code_embedding_plotly(results: Mapping[str, Any], title: str = "") -> go.Fig
                     x=[data["x"][i] for i in rows],
                     y=[data["y"][i] for i in rows],
                     mode="markers",
-                    name=f"{name} (OOD)" if is_ood else name,
+                    name=f"{name} (OOD, {len(rows)})" if is_ood else f"{name} ({len(rows)})",
                     legendgroup=name,
-                    marker={"symbol": "x" if is_ood else "circle", "size": 6, "opacity": 0.7},
+                    marker={
+                        "symbol": "x" if is_ood else "circle",
+                        "size": 6,
+                        "opacity": 0.7,
+                        "color": colour,
+                    },
                     text=[f"{name}, {data['split'][i]}" for i in rows],
                     hoverinfo="text",
                 )

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import math
 import textwrap
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+from matplotlib.colors import to_rgba_array
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 
 from latentlens.figures.axes import metric_label
 
@@ -130,40 +133,52 @@ def code_embedding(
     results: Mapping[str, Any], title: str = "", ood_split: str | None = None
 ) -> Figure:
     """The 2-D embedding of latent codes coloured by rule; points of ``ood_split``
-    (default: any split whose name contains "ood") are drawn as crosses."""
+    (default: any split whose name contains "ood") are drawn as crosses, over the dots.
+    Each kind of mark is drawn in one seeded random order, so that no rule's points hide
+    another's by being drawn later, and the legend stands beside the axes, off the points
+    (a cloud of thousands of codes leaves no empty corner for it), each rule's entry with
+    its number of points: rules can be far from equally frequent (the labels of
+    ``latentlens.probes.sraven_codes`` are the largest rule of each multiset)."""
     data = _require(results, "embedding")
     labels = np.array(data["label"])
     splits = np.array(data["split"])
     ood = splits == ood_split if ood_split else np.char.find(splits.astype(str), "ood") >= 0
-    figure = Figure(figsize=(6.4, 4.8), layout="constrained")
-    ax = figure.subplots()
-    x, y = np.array(data["x"]), np.array(data["y"])
     names = legend_order(data)
     many = len(names) > 10
-    for index, name in enumerate(names):
-        chosen = labels == name
-        color = f"C{index % 10}" if not many else None
-        kwargs = {"color": color} if color else {}
-        ax.scatter(
-            x[chosen & ~ood],
-            y[chosen & ~ood],
-            s=8,
-            alpha=0.6,
-            label=None if many else name,
-            **kwargs,
+    colour_of = {name: f"C{index % 10}" for index, name in enumerate(names)}
+    colours = to_rgba_array([colour_of[label] for label in labels])
+    figure = Figure(figsize=(6.4 if many else 8.0, 4.8), layout="constrained")
+    ax = figure.subplots()
+    x, y = np.array(data["x"]), np.array(data["y"])
+    order = np.random.default_rng(0).permutation(len(labels))
+    for marked, marker, size, alpha in ((~ood, "o", 8, 0.6), (ood, "x", 14, 0.8)):
+        chosen = order[marked[order]]
+        ax.scatter(x[chosen], y[chosen], s=size, marker=marker, c=colours[chosen], alpha=alpha)
+    counts = Counter(labels.tolist())
+    handles = (
+        [] if many else [_legend_mark(f"{n} ({counts[n]})", "o", c) for n, c in colour_of.items()]
+    )
+    if ood.any():  # black: no rule's colour, so the cross cannot be read as one rule's
+        handles.append(_legend_mark("out-of-distribution", "x", "black"))
+    if handles:
+        ax.legend(
+            handles=handles,
+            frameon=False,
+            fontsize="small",
+            loc="upper left",
+            bbox_to_anchor=(1.01, 1),
         )
-        if (chosen & ood).any():
-            ax.scatter(x[chosen & ood], y[chosen & ood], s=14, marker="x", alpha=0.8, **kwargs)
-    if ood.any():
-        ax.scatter([], [], marker="x", color="gray", label="out-of-distribution")
-    if not many or ood.any():
-        ax.legend(frameon=False, fontsize="small", markerscale=1.5, loc="best")
     method = data["method"].upper()
     ax.set_xlabel(f"{method} 1")
     ax.set_ylabel(f"{method} 2")
     coloured = "colour: rule" if not many else f"colour: one of {len(names)} combinations"
     ax.set_title(title or f"latent codes, layer {data['layer']} ({coloured})")
     return figure
+
+
+def _legend_mark(label: str, marker: str, colour: str) -> Line2D:
+    """A legend entry: ``marker`` in ``colour``, no line."""
+    return Line2D([], [], linestyle="", marker=marker, markersize=5, color=colour, label=label)
 
 
 ResultsOrSeeds = Mapping[str, Any] | Sequence[Mapping[str, Any]]

@@ -101,7 +101,13 @@ def sraven_codes(
     seed: int = 0,
 ) -> CodeSet:
     """The final query's codes towards the same feature in panels 6 and 7, per layer:
-    ``[examples, layer, head, 2]``; target: that feature's rule (class ids)."""
+    ``[examples, layer, head, 2]``; target: that feature's rule (class ids).
+
+    As in the official code, a task's multiset of rules goes to the features in ascending
+    order, so the last feature's rule is the largest of its multiset and the targets are
+    far from uniform: of 4,096 unpermuted test examples, 37% distribute-three and 0.4%
+    constant (only the multiset of four constants gives it). The decoders' chance level is
+    the largest class's share, and each score is reported beside it."""
     layers = _layers(model)
     num_features = task.config.num_features
     names = [pattern_hook_name(i) for i in range(layers)]

@@ -7,11 +7,13 @@ import re
 import shutil
 import subprocess
 from html.parser import HTMLParser
+from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
 import plotly.graph_objects as go
 import pytest
+from matplotlib.colors import to_rgba_array
 from matplotlib.container import BarContainer
 
 from latentlens.figures import (
@@ -89,7 +91,7 @@ def test_each_probe_figure_writes_png_svg_and_html(tmp_path: Path) -> None:
     assert heat.get_xlabel() == "head" and heat.get_ylabel() == "layer"
     emb = figures["embedding"].axes[0]
     legend = [t.get_text() for t in emb.get_legend().get_texts()]
-    assert "out-of-distribution" in legend and "constant" in legend
+    assert "out-of-distribution" in legend and "constant (20)" in legend
     path = save_plotly(code_embedding_plotly(results), tmp_path / "embedding.html")
     assert "plotly" in path.read_text()[:100_000]
     with pytest.raises(ValueError, match=r"\.html"):
@@ -106,14 +108,53 @@ def test_embedding_legends_follow_the_probes_label_order() -> None:
     results["embedding"]["label_order"] = order
     legend = [t.get_text() for t in code_embedding(results).axes[0].get_legend().get_texts()]
     # absent labels (progression+1) are skipped; "out-of-distribution" marks the crosses
-    assert legend == ["subtraction", "constant", "addition", "out-of-distribution"]
-    traces = [trace.name for trace in code_embedding_plotly(results).data]
-    assert traces == ["subtraction", "subtraction (OOD)", "constant", "constant (OOD)",
-                      "addition", "addition (OOD)"]  # fmt: skip
+    assert legend == [
+        "subtraction (20)",
+        "constant (20)",
+        "addition (20)",
+        "out-of-distribution",
+    ]
+    traces = code_embedding_plotly(results).data
+    assert [t.name for t in traces] == [
+        "subtraction (10)", "subtraction (OOD, 10)", "constant (10)", "constant (OOD, 10)",
+        "addition (10)", "addition (OOD, 10)"]  # fmt: skip
+    # a rule's crosses wear its dots' colour (plotly would give each trace the next one)
+    colours = [t.marker.color for t in traces]
+    assert colours[0::2] == colours[1::2] and len(set(colours)) == 3
     # results written before label_order existed: order of first appearance
     results["embedding"]["label"] = ["b", "a", "b"] * 20
     del results["embedding"]["label_order"]
-    assert [t.name for t in code_embedding_plotly(results).data][::2] == ["b", "a"]
+    assert [t.legendgroup for t in code_embedding_plotly(results).data][::2] == ["b", "a"]
+
+
+def test_embedding_mixes_the_rules_draw_order_and_keeps_its_legend_off_the_points() -> None:
+    """Rules drawn one after another would bury the earlier ones under the later; the
+    points are drawn in one shuffled order instead, every point exactly once. The legend
+    stands right of the axes, and its out-of-distribution cross is black, a colour no
+    rule has (grey is the eighth rule's)."""
+    results = fake_results()
+    results["embedding"]["label"].sort()  # grouped: unshuffled, each rule would be one run
+    figure = code_embedding(results)
+    ax = figure.axes[0]
+    dots, crosses = ax.collections
+    data = results["embedding"]
+    points = {
+        (x, y): label for x, y, label in zip(data["x"], data["y"], data["label"], strict=True)
+    }
+    drawn = [points[tuple(xy)] for c in (dots, crosses) for xy in c.get_offsets().tolist()]
+    assert sorted(drawn) == sorted(data["label"])  # every point once
+    colour_of = {"addition": "C0", "constant": "C1", "subtraction": "C2"}  # first seen
+    for collection in (dots, crosses):
+        labels = [points[tuple(xy)] for xy in collection.get_offsets().tolist()]
+        expected = to_rgba_array([colour_of[label] for label in labels])
+        assert np.allclose(collection.get_facecolors()[:, :3], expected[:, :3])
+        runs = 1 + sum(a != b for a, b in pairwise(labels))
+        assert runs > 10, "the rules are drawn one after another, not mixed"
+    figure.canvas.draw()
+    legend = ax.get_legend()
+    assert legend.get_window_extent().x0 >= ax.get_window_extent().x1
+    cross = legend.legend_handles[-1]
+    assert cross.get_marker() == "x" and cross.get_color() == "black"
 
 
 def test_decoding_axes_show_a_null_result_as_near_zero_with_readable_cells() -> None:
