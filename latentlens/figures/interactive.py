@@ -8,7 +8,7 @@ from typing import Any
 import plotly.graph_objects as go
 from plotly.colors import qualitative
 
-from latentlens.figures.axes import log_scaled, metric_label
+from latentlens.figures.axes import log_scaled, metric_label, metric_range, padded
 from latentlens.figures.probes import legend_order
 from latentlens.figures.training import (
     RunOrSeeds,
@@ -98,9 +98,9 @@ def metric_curves_plotly(
         shown_by_metric.append(range(before, len(figure.data)))
     figure.update_layout(
         xaxis_title="training step",
-        yaxis={"title": metric_label(metrics[0]), "type": _axis_type(metrics[0])},
         template="plotly_white",
     )
+    figure.update_layout(_y_axis(metrics[0]))
     if len(metrics) > 1:
         buttons = [
             {
@@ -108,7 +108,7 @@ def metric_curves_plotly(
                 "method": "update",
                 "args": [
                     {"visible": [i in shown for i in range(len(figure.data))]},
-                    {"yaxis.title.text": metric_label(name), "yaxis.type": _axis_type(name)},
+                    _y_axis(name),
                 ],
             }
             for name, shown in zip(metrics, shown_by_metric, strict=True)
@@ -119,8 +119,17 @@ def metric_curves_plotly(
     return figure
 
 
-def _axis_type(metric: str) -> str:
-    return "log" if log_scaled(metric) else "linear"
+def _y_axis(metric: str) -> dict[str, Any]:
+    """The y-axis layout of ``metric``'s curves (for ``update_layout`` and the menu): its
+    label, a log axis for a loss, the whole [0, 1] for an accuracy (as
+    :func:`~latentlens.figures.metric_curves`), else the range of the values."""
+    bounds = metric_range(metric)
+    return {
+        "yaxis.title.text": metric_label(metric),
+        "yaxis.type": "log" if log_scaled(metric) else "linear",
+        "yaxis.autorange": bounds is None,
+        "yaxis.range": None if bounds is None else list(padded(bounds)),
+    }
 
 
 def _add_metric_traces(

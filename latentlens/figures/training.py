@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
-from latentlens.figures.axes import metric_label, step_axis
+from latentlens.figures.axes import metric_label, metric_range, padded, step_axis
 from latentlens.tasks import TASKS
 from latentlens.training.run_dir import RunDirectory, read_jsonl
 
@@ -89,8 +89,9 @@ def metric_curves(
     their number. ``metric`` defaults to the task's (R² or accuracy). ``splits`` defaults
     to every split the first run evaluated; panels are titled as the first run's task
     describes its splits. ``ylim`` fixes the y-axis (R² curves of bad models can dive far
-    below 0 and flatten the rest). ``log_y`` draws a positive metric (a loss) on a log
-    scale, where its late fall stays visible.
+    below 0 and flatten the rest); without it an accuracy's axis spans [0, 1]
+    (:func:`~latentlens.figures.axes.metric_range`), anything else its values. ``log_y``
+    draws a positive metric (a loss) on a log scale, where its late fall stays visible.
     """
     if not runs:
         raise ValueError("metric_curves needs at least one run")
@@ -140,6 +141,8 @@ def metric_curves(
         ax.grid(alpha=0.3)
         if ylim is not None:
             ax.set_ylim(*ylim)
+        elif (bounds := metric_range(metric)) is not None and not log_y:
+            ax.set_ylim(*padded(bounds))
     if log_y:
         lowest = min(r[metric] for seeds in loaded.values() for run in seeds for r in run)
         if not lowest > 0:

@@ -76,7 +76,8 @@ def test_every_logged_metric_gets_curves_and_the_loss_a_log_scale(tmp_path: Path
     r2, loss = plotly.layout.updatemenus[0].buttons
     assert r2.args[0]["visible"] == [True] * 3 + [False] * 3
     assert loss.args == ({"visible": [False] * 3 + [True] * 3},
-                         {"yaxis.title.text": "loss", "yaxis.type": "log"})  # fmt: skip
+                         {"yaxis.title.text": "loss", "yaxis.type": "log",
+                          "yaxis.autorange": True, "yaxis.range": None})  # fmt: skip
     assert plotly.layout.yaxis.title.text == "R²" and plotly.layout.yaxis.type == "linear"
     assert not metric_curves_plotly({"x": run}).layout.updatemenus  # one metric: no menu
     with pytest.raises(ValueError, match="a run of 'x' has no metric 'accuracy'; it logs"):
@@ -85,6 +86,35 @@ def test_every_logged_metric_gets_curves_and_the_loss_a_log_scale(tmp_path: Path
     written = run_figures(run, formats=("png",))
     assert {"metrics", "metrics_loss"} <= set(written)
     assert written["metrics_loss"] == run / "figures" / "metrics_loss.png"
+
+
+def test_an_accuracy_axis_spans_zero_to_one_and_other_metrics_their_values(
+    tmp_path: Path,
+) -> None:
+    """A flat accuracy of 0 autoscaled would fill the panel with [-0.05, 0.05] as if it
+    were noise; an accuracy's axis spans [0, 1] (padded 3%, so a point on 0 or 1 stays in
+    the frame), in the figure and in the interactive menu, while R² and the loss keep
+    their values' range."""
+    run = tmp_path / "sraven"
+    run.mkdir()
+    records = [
+        {"step": step, "split": "ood", "loss": 2.0 - step / 100, "accuracy": 0.0,
+         "feature_accuracy": 0.9 + step / 1000, "r2": -3.0 + step / 10}
+        for step in (10, 20, 30)
+    ]  # fmt: skip
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    for metric in ("accuracy", "feature_accuracy"):
+        low, high = metric_curves({"x": run}, metric).axes[0].get_ylim()
+        assert (low, high) == pytest.approx((-0.03, 1.03))
+    low, high = metric_curves({"x": run}, "r2").axes[0].get_ylim()
+    assert -2.2 < low < -2.0 and 0.0 < high < 0.2  # R² from -2 to 0: its own range
+    assert metric_curves({"x": run}, "accuracy", ylim=(0.0, 0.5)).axes[0].get_ylim() == (0, 0.5)
+    plotly = metric_curves_plotly({"x": run}, ["accuracy", "r2"])
+    assert list(plotly.layout.yaxis.range) == pytest.approx([-0.03, 1.03])
+    assert plotly.layout.yaxis.autorange is False
+    accuracy, r2 = (button.args[1] for button in plotly.layout.updatemenus[0].buttons)
+    assert accuracy["yaxis.range"] == pytest.approx([-0.03, 1.03])
+    assert r2["yaxis.autorange"] is True and r2["yaxis.range"] is None
 
 
 def test_split_titles_come_from_the_runs_task(tmp_path: Path) -> None:
