@@ -29,9 +29,8 @@ from typing import Any
 
 import numpy as np
 from reproduction.runs import mean_std
-from safetensors.torch import load_file
 
-from latentlens.figures import fuse_weight_curves, routing_evolution, save_figure
+from latentlens.figures import fuse_weight_curves, load_tracked, routing_evolution, save_figure
 from latentlens.figures.routing import load_fuse_weights
 from latentlens.probes import tracking_callbacks
 from latentlens.training import (
@@ -116,10 +115,10 @@ def fuse_summary(run: Path) -> dict[str, Any]:
 
 
 def routing_summary(run: Path) -> dict[str, Any]:
-    stored = load_file(str(RunDirectory(run).tracking / "routing_matrix.safetensors"))
-    values = stored["values"].numpy()
+    tracked = load_tracked(RunDirectory(run).tracking / "routing_matrix.safetensors")
+    values = tracked.values
     return {
-        "first_step": int(stored["steps"][0]),
+        "first_step": int(tracked.steps[0]),
         "first": np.round(values[0].astype(float), 3).tolist(),
         "last": np.round(values[-1].astype(float), 3).tolist(),
         "moved": float(np.abs(values[-1] - values[0]).max()),
