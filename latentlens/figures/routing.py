@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
-from latentlens.figures.axes import step_axis
+from latentlens.figures.axes import padded, step_axis
 from latentlens.training.run_dir import RunDirectory
 from latentlens.training.tracked_file import load_tracked
 
@@ -60,7 +60,7 @@ def fuse_weight_curves(run_dir: str | Path, heatmaps: bool = False) -> Figure:
                 for source in range(sources):
                     ax.plot(steps, values[:, source], label=_source_name(source))
                 ax.axhline(1 / sources, color="gray", linestyle="--", linewidth=0.8)
-                ax.set_ylim(0, 1)
+                ax.set_ylim(*padded((0.0, 1.0)))  # a weight of 1 inside the frame
                 ax.legend(frameon=False, fontsize="x-small")
                 ax.grid(alpha=0.3)
                 step_axis(ax)
@@ -100,7 +100,7 @@ def routing_evolution(run_dir: str | Path) -> Figure:
                        label=f"decoder {j} <- encoder {i}")  # fmt: skip
     step_axis(right)
     right.set_ylabel("share of the memory")
-    right.set_ylim(0, 1)
+    right.set_ylim(*padded((0.0, 1.0)))  # shares of 0 and 1 inside the frame
     right.grid(alpha=0.3)
     right.legend(frameon=False, fontsize="x-small", ncols=dec)
     right.set_title("routing over training")

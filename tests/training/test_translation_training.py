@@ -122,7 +122,10 @@ def test_train_command_with_fusion_and_gca_tracks_routing(tmp_path: Path, capsys
     assert [q["step"] for q in quality] == [3, 6]
     assert all(0.0 <= q["cter_instance"] <= 1.0 and 0.0 <= q["bleu_test"] <= 100 for q in quality)
 
-    assert fuse_weight_curves(run).axes and routing_evolution(run).axes
+    # Block 0's weight of 1 and the routing's 0s and 1s at step 0 lie inside the frames.
+    assert fuse_weight_curves(run).axes[0].get_ylim() == pytest.approx((-0.03, 1.03))
+    (curves,) = [a for a in routing_evolution(run).axes if a.get_title() == "routing over training"]
+    assert curves.get_ylim() == pytest.approx((-0.03, 1.03))
     # The other commands in-process (the entry point is the train command's, above).
     assert main(["figures", str(run), "--formats", "png"]) == 0
     written = {p.stem for p in (run / "figures").glob("*.png")}
