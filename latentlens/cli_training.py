@@ -115,8 +115,7 @@ def add_train_parser(commands: argparse._SubParsersAction) -> None:
         nargs="+",
         metavar="HOOK",
         help="record these hooks' activations (mean over a fixed batch) at step 0 and every "
-        "evaluation "
-        "into RUN_DIR/tracking/: names or patterns such as 'blocks.*.attn.hook_pattern' "
+        "evaluation into RUN_DIR/tracking/: names or patterns such as 'blocks.*.attn.hook_pattern' "
         "(`latentlens inspect` lists the hooks); `latentlens figures` draws them",
     )
     for name, kind in {**MODEL_FLAGS, **TRAIN_FLAGS}.items():
