@@ -15,6 +15,9 @@ finds finished in ``--out``); the published and official figures beside them com
     python benchmarks/reproduce.py --size cpu|gpu|tiny [--only NAME ...] [--seeds 3]
         [--jobs N] [--device auto] [--out runs/reproduce-SIZE] [--results docs/RESULTS.md]
 
+With ``--only``, an existing results file keeps its other sections: each experiment run
+replaces its own section (matched by title; a section whose title changed is appended).
+
 Sizes: ``gpu`` is the reference's (default models and step counts; CUDA graphs on CUDA);
 ``cpu`` shrinks models, tasks and step counts so that every experiment with 3 seeds
 finishes in under 2 hours on 2 cores (each module's ``SIZES`` says how); ``tiny`` is for
@@ -112,8 +115,30 @@ def main(argv: list[str] | None = None) -> None:
         "(benchmarks/reproduction/).",
     ]
     args.results.parent.mkdir(parents=True, exist_ok=True)
-    args.results.write_text("\n".join(header) + "\n\n" + "\n\n".join(sections) + "\n")
+    if args.only and args.results.is_file():
+        text = replace_sections(args.results.read_text(), sections, command)
+    else:
+        text = "\n".join(header) + "\n\n" + "\n\n".join(sections) + "\n"
+    args.results.write_text(text)
     print(f"wrote {args.results} ({wall / 60:.1f} min)")
+
+
+def replace_sections(text: str, sections: list[str], command: str) -> str:
+    """``text`` (a results file) with each of ``sections`` put in place of the section of
+    the same ``## `` title (or appended), each new section naming the command that made it:
+    ``--only`` re-runs a few experiments without discarding the others' results."""
+    parts = text.rstrip("\n").split("\n\n## ")
+    head, old = parts[0], ["## " + part for part in parts[1:]]
+    titles = [part.splitlines()[0] for part in old]
+    for section in sections:
+        section = f"{section}\n\n*Updated by `{command}`.*"
+        title = section.splitlines()[0]
+        if title in titles:
+            old[titles.index(title)] = section
+        else:
+            old.append(section)
+            titles.append(title)
+    return "\n\n".join([head, *old]) + "\n"
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ from latentlens.cli_analysis import add_analysis_parsers
 from latentlens.cli_training import MODEL_CHOICES, add_eval_parser, add_train_parser
 from latentlens.devices import DEVICE_CHOICES, resolve_device
 from latentlens.models import VARIANTS, build_model, canonical_kind, hook_axes
-from latentlens.tasks import TASKS, make_task
+from latentlens.tasks import TASK_ALIASES, TASKS, make_task
 from latentlens.training import model_for_task
 
 
@@ -37,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     inspect.add_argument(
         "--preset",
-        choices=sorted(TASKS),
+        choices=sorted([*TASKS, *TASK_ALIASES]),
         default="fuzzy-logic",
         help="which task's default model, fed that task's batch (default: %(default)s)",
     )
@@ -116,6 +116,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 0
+    if getattr(args, "task", None) in TASK_ALIASES:
+        args.task = TASK_ALIASES[args.task]
     try:
         return args.handler(args)
     except ValueError as err:

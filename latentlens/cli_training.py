@@ -14,7 +14,7 @@ from latentlens.devices import DEVICE_CHOICES
 from latentlens.models import MODEL_ALIASES, MODEL_KINDS, VARIANTS, canonical_kind
 from latentlens.models.encoder_decoder import FUSE_CHOICES
 from latentlens.models.fusion import CONNECTIONS
-from latentlens.tasks import SUPPORTS, TASKS
+from latentlens.tasks import SUPPORTS, TASK_ALIASES, TASKS
 from latentlens.training import (
     PRECISIONS,
     RunDirectory,
@@ -46,7 +46,7 @@ FLAG_CHOICES = {
         "cores, JAX's default on GPUs; bf16: bf16 autocast",
     )
 }
-TASK_FLAGS = {"support": str}
+TASK_FLAGS = {"support": str, "data_dir": str}
 SEQ2SEQ_FLAGS = {"fuse": str, "connection": str}
 
 
@@ -60,7 +60,11 @@ def add_train_parser(commands: argparse._SubParsersAction) -> None:
         "'torchrun --nproc_per_node=N -m latentlens train ...' it trains data-parallel with "
         "the same global batch; rank 0 writes the run directory.",
     )
-    train.add_argument("--task", choices=sorted(TASKS), help="default: fuzzy-logic")
+    train.add_argument(
+        "--task",
+        choices=sorted([*TASKS, *TASK_ALIASES]),
+        help="default: fuzzy-logic (cognition is the translation task)",
+    )
     train.add_argument("--attention", choices=sorted(VARIANTS), help="default: softmax")
     train.add_argument(
         "--model",
@@ -79,6 +83,11 @@ def add_train_parser(commands: argparse._SubParsersAction) -> None:
         choices=[s for s in SUPPORTS if s != "custom"],
         help="modular-icl: the training support (default: connected-plus); custom mask sets "
         "go in the --config file's task section",
+    )
+    train.add_argument(
+        "--data-dir",
+        help="translation: a folder with the real CoGnition release (train/valid/test/cg-test "
+        "files, cg-test.compound, lexicon) instead of its synthetic twin",
     )
     train.add_argument("--run-dir", help="run directory (default: runs/TASK-ATTENTION-sSEED)")
     train.add_argument(

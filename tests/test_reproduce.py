@@ -75,7 +75,18 @@ def test_the_tables_hold_each_runs_own_measurements(tiny) -> None:
     quality = fusion_gca.final_quality(
         translation_section.run_path(runs / "translation", "fusion-both", 0)
     )
-    assert f"| {quality['bleu_test']:.3f} |" in table_row(text, "fusion-both")
+    row = table_row(text, "fusion-both")
+    assert f"| {quality['bleu_test']:.1f} |" in row and f"| {quality['cter_instance']:.3f} |" in row
+
+
+def test_only_replaces_its_own_sections(reproduce) -> None:
+    """``--only`` keeps the other experiments' sections of an existing results file."""
+    text = "# Results\n\nheader\n\n## A\n\nold a\n\n## B\n\nold b\n"
+    updated = reproduce.replace_sections(text, ["## B\n\nnew b", "## C\n\nnew c"], "cmd")
+    assert updated == (
+        "# Results\n\nheader\n\n## A\n\nold a\n\n## B\n\nnew b\n\n*Updated by `cmd`.*"
+        "\n\n## C\n\nnew c\n\n*Updated by `cmd`.*\n"
+    )
 
 
 def test_a_second_call_reuses_the_runs(tiny, reproduce, tmp_path: Path) -> None:

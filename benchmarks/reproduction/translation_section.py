@@ -1,108 +1,178 @@
-"""Compositional translation (reference/fusion_gca.md): the encoder-decoder baseline
-against FUSION in the encoder, the decoder and both (CTER, BLEU), the layer connection
-with the original and the GCA initialisation, and the fuse weights over training. The
-runs and the summaries are those of ``benchmarks/fusion_gca.py``."""
+"""Compositional translation (reference/fusion_gca.md): FUSION's experiment on the
+synthetic CoGnition twin: the encoder-decoder baseline against fuse-attention in the
+encoder, the decoder and both (CTER overall and per subset, BLEU; ΔCTER with 95% confidence
+intervals), and where the fuse weights end up. The runs are those of
+``benchmarks/fusion_gca.py`` (which also trains the layer-connection systems)."""
 
 from __future__ import annotations
 
+import math
 import statistics
 from pathlib import Path
 from typing import Any
 
 import fusion_gca
+import scipy.stats
 
-from latentlens.figures import fuse_weight_curves, routing_evolution, save_figure
+from latentlens.figures import fuse_weight_curves, save_figure
+from latentlens.tasks import make_task
 from reproduction.runs import RunSpec, mean_std
 
-TITLE = "Translation: FUSION and the layer connection (GCA)"
+TITLE = "Translation: FUSION on a CoGnition-hard benchmark"
 SIZES: dict[str, dict[str, Any]] = {
     **fusion_gca.SIZES,
     "tiny": dict(
-        task=dict(frac_heldout=0.5),
+        task=dict(train_sentences=400, valid_sentences=20, test_sentences=40,
+                  compounds_per_subset=36),
         model=dict(d_model=16, n_heads=2, qk_dim=16, v_dim=16, d_mlp=32, n_layers_encoder=2,
                    n_layers_decoder=2),
         train=dict(steps=10, batch_size=16, warmup_steps=2, eval_every=5, eval_examples=32),
     ),
 }  # fmt: skip
 LABELS = {"cter_instance": "CTER instance", "cter_aggregate": "CTER aggregate",
-          "bleu_compound": "BLEU compounds", "bleu_test": "BLEU test"}  # fmt: skip
+          "bleu_cg": "BLEU CG test", "bleu_test": "BLEU random test"}  # fmt: skip
+LEVELS = ("instance", "aggregate")
+# reference/fusion_gca.md section 2.1: the CoGnition Transformer baseline (mean of 6 seeds)
+COGNITION_BASELINE = {"cter_instance": 0.2842, "cter_aggregate": 0.6288, "bleu_cg": 59.5,
+                      "bleu_test": 69.48, "cter_NP_instance": 0.2474, "cter_NP_aggregate": 0.5516,
+                      "cter_VP_instance": 0.2482, "cter_VP_aggregate": 0.5954,
+                      "cter_PP_instance": 0.3571, "cter_PP_aggregate": 0.7394}  # fmt: skip
 
 
 def run_path(out: Path, system: str, seed: int) -> Path:
     return out / f"{system}-s{seed}"
 
 
+# FUSION's experiment (reference section 1): the baseline and fuse-attention on each side
+SYSTEMS = ("baseline", "fusion-encoder", "fusion-decoder", "fusion-both")
+
+
 def plan(size: str, seeds: int, out: Path) -> list[RunSpec]:
     return [
         RunSpec(run_path(out, system, seed), fusion_gca.run_config(system, seed, SIZES[size]))
-        for system in fusion_gca.SYSTEMS
+        for system in SYSTEMS
         for seed in range(seeds)
     ]
 
 
-def relative_cter(systems: dict[str, Any], system: str, key: str) -> str:
-    """The change of mean CTER from the baseline's, in percent."""
-    ours = statistics.mean(q[key] for q in systems[system]["quality"])
-    base = statistics.mean(q[key] for q in systems["baseline"]["quality"])
-    return "n/a (baseline CTER 0)" if base == 0 else f"{100 * (ours / base - 1):+.1f}%"
+def difference_interval(ours: list[float], base: list[float]) -> tuple[float, float, float]:
+    """Mean difference ``ours - base`` and its 95% Welch confidence interval (``nan`` bounds
+    with fewer than 2 values on a side)."""
+    difference = statistics.mean(ours) - statistics.mean(base)
+    if len(ours) < 2 or len(base) < 2:
+        return difference, math.nan, math.nan
+    va, vb = statistics.variance(ours) / len(ours), statistics.variance(base) / len(base)
+    se = math.sqrt(va + vb)
+    if se == 0:
+        return difference, difference, difference
+    df = (va + vb) ** 2 / (va**2 / (len(ours) - 1) + vb**2 / (len(base) - 1))
+    half = float(scipy.stats.t.ppf(0.975, df)) * se
+    return difference, difference - half, difference + half
+
+
+def delta_cell(quality: dict[str, list[dict[str, float]]], system: str, key: str) -> str:
+    """ΔCTER in points with its 95% CI, and the relative change of the means."""
+    ours = [q[key] for q in quality[system]]
+    base = [q[key] for q in quality["baseline"]]
+    diff, low, high = difference_interval(ours, base)
+    relative = statistics.mean(base) and 100 * diff / statistics.mean(base)
+    return f"{100 * diff:+.1f} [{100 * low:+.1f}, {100 * high:+.1f}] ({relative:+.0f}%)"
+
+
+def fuse_convergence(fuse: list[dict[str, Any]]) -> list[str]:
+    """Per fused layer: the mean end weight of each source over seeds (± std), and the
+    source it draws on most."""
+    lines = []
+    for layer in fuse[0]:
+        weights = [seed[layer]["last"] for seed in fuse]
+        sources = len(weights[0])
+        cells = [mean_std([w[k] for w in weights], 2) for k in range(sources)]
+        top = max(range(sources), key=lambda k: statistics.mean(w[k] for w in weights))
+        name = "the embedding" if top == 0 else f"layer {top}"
+        lines.append(f"| {layer} | " + ", ".join(cells) + f" | {name} |")
+    return lines
 
 
 def report(out: Path, size: str, seeds: int, device: str, figures: Path) -> str:
-    runs = {s: [run_path(out, s, seed) for seed in range(seeds)] for s in fusion_gca.SYSTEMS}
-    systems = fusion_gca.summarise(runs)
+    runs = {s: [run_path(out, s, seed) for seed in range(seeds)] for s in SYSTEMS}
+    quality = {s: [fusion_gca.final_quality(p) for p in paths] for s, paths in runs.items()}
     chosen = SIZES[size]
-    steps = fusion_gca.run_config("baseline", 0, chosen)["train"]["steps"]
+    config = fusion_gca.run_config("baseline", 0, chosen)
+    task = make_task("translation", config["task"]["config"])
+    description = task.describe()
+    steps = config["train"]["steps"]
     lines = [
         f"## {TITLE}",
         "",
-        f"latentlens's synthetic compositional translation (CoGnition is not available "
-        f"offline), {chosen['task']['frac_heldout']:.0%} of the compounds held out, "
-        f"{steps:,} steps, {seeds} seed(s). CTER: the "
-        "compound translation error rate (lower is better); ΔCTER: the change of the mean "
-        "from the baseline; paper: CoGnition (reference/fusion_gca.md section 1).",
+        "FUSION's experiment (reference/fusion_gca.md section 1) on latentlens's synthetic "
+        "CoGnition twin (section 2.2; CoGnition itself is not available offline, and "
+        "`--data-dir` runs the same commands on the release): "
+        f"{description['sentences']['train']:,} training sentences, "
+        f"{description['compounds']:,} novel compounds (NP / VP / PP) in "
+        f"{task.config.contexts} contexts each, {steps:,} steps of batch "
+        f"{config['train']['batch_size']}, encoder-decoder with "
+        f"{config['model']['n_layers_encoder']} + {config['model']['n_layers_decoder']} layers, "
+        f"d_model {config['model']['d_model']}, {seeds} seeds. CTER by CoGnition's rule on "
+        "the whole CG test (lower is better), mean ± std over seeds; the CoGnition row is the "
+        "published Transformer baseline (6 + 6 layers, d 512, 100k updates).",
         "",
-        "| system | " + " | ".join(LABELS.values()) + " | ΔCTER inst. / aggr. | paper |",
-        "|---|" + "---|" * (len(LABELS) + 2),
+        "| system | " + " | ".join(LABELS.values()) + " |",
+        "|---|" + "---|" * len(LABELS),
+        "| CoGnition baseline (published) | "
+        + " | ".join(f"{COGNITION_BASELINE[k]:.{1 if 'bleu' in k else 3}f}" for k in LABELS)
+        + " |",
     ]
-    for system, entry in systems.items():
-        cells = [mean_std([q[key] for q in entry["quality"]]) for key in LABELS]
-        if system == "baseline":
-            delta = paper = "—"
-        else:
-            delta = " / ".join(relative_cter(systems, system, k) for k in list(LABELS)[:2])
-            published = fusion_gca.PAPER_RELATIVE_CTER.get(system)
-            paper = f"{published[0]:+.1f}% / {published[1]:+.1f}%" if published else "n/a"
-        lines.append(f"| {system} | " + " | ".join(cells) + f" | {delta} | {paper} |")
+    for system in SYSTEMS:
+        cells = [mean_std([q[key] for q in quality[system]], 1 if "bleu" in key else 3)
+                 for key in LABELS]  # fmt: skip
+        lines.append(f"| {system} | " + " | ".join(cells) + " |")
+    lines += ["", "By subset (instance / aggregate CTER):", "",
+              "| system | NP | VP | PP |", "|---|---|---|---|"]  # fmt: skip
+    rows = [("CoGnition baseline (published)", [COGNITION_BASELINE])]
+    rows += [(system, quality[system]) for system in SYSTEMS]
+    for name, entries in rows:
+        cells = [
+            " / ".join(mean_std([q[f"cter_{sub}_{level}"] for q in entries], 3) for level in LEVELS)
+            for sub in ("NP", "VP", "PP")
+        ]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
     lines += [
         "",
-        "Fuse weights of fusion-both (mean over batch, heads and positions, per source "
-        "layer: the embedding first), at the first record (step 0: the initialisation) and "
-        "at the end, and their "
-        "largest distance from uniform at the end over seeds:",
+        "ΔCTER against the baseline: the difference of the means in points with its 95% "
+        "confidence interval (Welch's t over seeds) and, in parentheses, the relative change "
+        "of the means, beside the paper's relative change on CoGnition:",
         "",
-        "| fused layer | first record (seed 0) | end (seed 0) | max abs(w − uniform) at the end |",
+        "| system | ΔCTER instance | ΔCTER aggregate | paper (instance / aggregate) |",
         "|---|---|---|---|",
     ]
-    fuse = systems["fusion-both"]["fuse"]
-    for layer, first in fuse[0].items():
-        gaps = mean_std([seed[layer]["last_from_uniform"] for seed in fuse])
+    for system in SYSTEMS[1:]:
+        paper = fusion_gca.PAPER_RELATIVE_CTER[system]
         lines.append(
-            f"| {layer} | step {first['first_step']}: {first['first']} | {first['last']} | {gaps} |"
+            f"| {system} | {delta_cell(quality, system, 'cter_instance')} | "
+            f"{delta_cell(quality, system, 'cter_aggregate')} | "
+            f"{paper[0]:+.1f}% / {paper[1]:+.1f}% |"
         )
-    routing = systems["connection-gca"]["routing"]
-    moved = [r["moved"] for r in routing]
+    fuse = [fusion_gca.fuse_summary(path) for path in runs["fusion-both"]]
     lines += [
         "",
-        f"Routing matrix of the GCA layer connection: largest change from step "
-        f"{routing[0]['first_step']} to the end {mean_std(moved)}.",
+        "Fuse weights of fusion-both at the end of training (mean over batch, heads and "
+        "positions; per source layer, the embedding first; mean ± std over seeds) and the "
+        "source each layer draws on most (block 0 fuses the embedding alone and is left "
+        "out):",
+        "",
+        "| fused layer | end weight per source | largest |",
+        "|---|---|---|",
+        *fuse_convergence(fuse),
     ]
-    both, gca = run_path(out, "fusion-both", 0), run_path(out, "connection-gca", 0)
+    both = run_path(out, "fusion-both", 0)
     save_figure(fuse_weight_curves(both), figures / "translation-fuse-weights", ("png",))
-    save_figure(routing_evolution(gca), figures / "translation-routing-gca", ("png",))
+    heatmap = figures / "translation-fuse-weights-heatmap"
+    save_figure(fuse_weight_curves(both, heatmaps=True), heatmap, ("png",))
     lines += [
         "",
         f"![fuse weights over training, fusion-both, seed 0]"
         f"({figures.name}/translation-fuse-weights.png)",
-        f"![GCA routing matrix over training, seed 0]({figures.name}/translation-routing-gca.png)",
+        f"![fuse weights per layer over training, fusion-both, seed 0]"
+        f"({figures.name}/translation-fuse-weights-heatmap.png)",
     ]
     return "\n".join(lines)

@@ -199,7 +199,7 @@ def translation_quality_curves(
 ) -> Figure:
     """Two panels, one colour per run, against the training step: CTER on the held-out
     compounds (solid: instance, dashed: aggregate; lower is better) and BLEU (solid: the
-    compound set, dashed: the in-distribution test set), read from ``tracking/file_name``
+    CG test, dashed: the random test set), read from ``tracking/file_name``
     (what :class:`~latentlens.probes.translation.TranslationQualityTracker` records)."""
     if not runs:
         raise ValueError("translation_quality_curves needs at least one run")
@@ -207,9 +207,9 @@ def translation_quality_curves(
     cter, bleu = figure.subplots(1, 2)
     panels = (
         (cter, ("cter_instance", "cter_aggregate"), "CTER (lower is better)", 1.0,
-         "held-out compounds\nsolid: instance, dashed: aggregate"),
-        (bleu, ("bleu_compound", "bleu_test"), "BLEU", 100.0,
-         "solid: compound set, dashed: test set"),
+         "CG test (novel compounds)\nsolid: instance, dashed: aggregate"),
+        (bleu, ("bleu_cg", "bleu_test"), "BLEU", 100.0,
+         "solid: CG test, dashed: random test"),
     )  # fmt: skip
     for index, (label, path) in enumerate(runs.items()):
         records = read_jsonl(RunDirectory(path).tracking / file_name)

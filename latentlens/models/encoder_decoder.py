@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 from transformer_lens.hook_points import HookPoint
 
@@ -255,4 +256,6 @@ class EncoderDecoderTransformer(HookedModel):
             step = torch.where(done, self.cfg.pad_id, step)
             done = done | (step == eos)
             tokens = torch.cat([tokens, step[:, None]], dim=1)
-        return tokens[:, 1:]
+            if bool(done.all()):
+                break
+        return F.pad(tokens[:, 1:], (0, max_len + 1 - tokens.shape[1]), value=self.cfg.pad_id)

@@ -31,6 +31,9 @@ TASKS: dict[str, tuple[type[Task], type]] = {
     "modular-icl": (ModularICLTask, ModularICLConfig),
     "translation": (TranslationTask, TranslationConfig),
 }
+# Other names a task answers to: CoGnition is what the translation task reproduces (its
+# synthetic twin by default, the release itself with ``data_dir``).
+TASK_ALIASES = {"cognition": "translation"}
 
 
 def make_task(
@@ -39,9 +42,12 @@ def make_task(
     seed: int = 0,
     device: torch.device | str = "cpu",
 ) -> Task:
-    """Build the task ``name`` from a config dict (defaults where omitted)."""
+    """Build the task ``name`` (or an alias) from a config dict (defaults where omitted)."""
+    name = TASK_ALIASES.get(name, name)
     if name not in TASKS:
-        raise ValueError(f"task={name!r} is unknown; choose one of {sorted(TASKS)}")
+        raise ValueError(
+            f"task={name!r} is unknown; choose one of {sorted([*TASKS, *TASK_ALIASES])}"
+        )
     task_cls, config_cls = TASKS[name]
     return task_cls(config_cls.from_dict(config or {}), seed=seed, device=device)
 
@@ -50,6 +56,7 @@ __all__ = [
     "RULE_NAMES",
     "SUPPORTS",
     "TASKS",
+    "TASK_ALIASES",
     "Batch",
     "DrawnTask",
     "FuzzyLogicConfig",

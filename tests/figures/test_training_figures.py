@@ -179,7 +179,7 @@ def test_translation_quality_curves_plot_cter_and_bleu_of_each_run(tmp_path: Pat
         tracking.mkdir(parents=True)
         records = [
             {"step": step, "cter_instance": 0.5 - index / 10, "cter_aggregate": 0.9,
-             "bleu_compound": 40.0 + step, "bleu_test": 80.0 + index}
+             "bleu_cg": 40.0 + step, "bleu_test": 80.0 + index}
             for step in (10, 20)
         ]  # fmt: skip
         lines = "".join(json.dumps(r) + "\n" for r in records)
