@@ -16,7 +16,8 @@ from latentlens.models import (
 )
 from latentlens.tasks import make_task
 
-TINY = dict(vocab_size=61, n_ctx_source=12, n_ctx_target=12, d_model=16, n_layers_encoder=3,
+# sized to the translation task's default corpus (vocabulary and sentence lengths)
+TINY = dict(**make_task("translation").model_io(), d_model=16, n_layers_encoder=3,
             n_layers_decoder=2, n_heads=2, qk_dim=8, v_dim=8, d_mlp=32, fuse_heads=2)  # fmt: skip
 
 
@@ -91,16 +92,17 @@ def test_connection_initialisations_and_routing(kind: str, expected: list) -> No
 def test_hooks_shapes_masks_and_greedy_decoding() -> None:
     model = tiny(fuse="both", connection="gca")
     task, b = batch(3)
+    S, T, V = b.inputs.shape[1], b.targets.shape[1], model.cfg.vocab_size
     logits, cache = model.run_with_cache(*task.model_inputs(b))
-    assert logits.shape == (3, 12, 61)
-    assert cache["encoder.blocks.2.fuse.hook_pattern"].shape == (3, 2, 12, 3)
-    assert cache["decoder.blocks.1.fuse.hook_pattern"].shape == (3, 2, 12, 2)
-    assert cache["decoder.blocks.0.cross_attn.hook_pattern"].shape == (3, 2, 12, 12)
-    assert cache["encoder.blocks.0.attn.hook_pattern"].shape == (3, 2, 12, 12)
-    assert cache["layer_connection.hook_memory"].shape == (3, 2, 12, 16)
-    assert cache["encoder.hook_embed"].shape == (3, 12, 16)
+    assert logits.shape == (3, T, V)
+    assert cache["encoder.blocks.2.fuse.hook_pattern"].shape == (3, 2, S, 3)
+    assert cache["decoder.blocks.1.fuse.hook_pattern"].shape == (3, 2, T, 2)
+    assert cache["decoder.blocks.0.cross_attn.hook_pattern"].shape == (3, 2, T, S)
+    assert cache["encoder.blocks.0.attn.hook_pattern"].shape == (3, 2, S, S)
+    assert cache["layer_connection.hook_memory"].shape == (3, 2, S, 16)
+    assert cache["encoder.hook_embed"].shape == (3, S, 16)
     torch.testing.assert_close(
-        cache["decoder.blocks.1.fuse.hook_pattern"].sum(-1), torch.ones(3, 2, 12)
+        cache["decoder.blocks.1.fuse.hook_pattern"].sum(-1), torch.ones(3, 2, T)
     )
     # padding in the source is never attended to
     pad = b.inputs == 0
@@ -124,15 +126,16 @@ def test_latent_codes_of_cross_and_fuse_attention() -> None:
     towards each source position (cross-attention) and towards each earlier layer (fuse)."""
     model = tiny(fuse="both")
     task, b = batch(3)
+    S, T = b.inputs.shape[1], b.targets.shape[1]
     _, cache = model.run_with_cache(
         *task.model_inputs(b), names_filter=lambda name: name.endswith("hook_pattern")
     )
     cross = latentlens.latent_codes(cache, 1, prefix="decoder.", module="cross_attn")
-    assert cross.shape == (3, 12, 12, 2)  # [batch, target pos, source pos, head]
+    assert cross.shape == (3, T, S, 2)  # [batch, target pos, source pos, head]
     pattern = cache["decoder.blocks.1.cross_attn.hook_pattern"]
     assert torch.equal(cross[2, 5, 7], pattern[2, :, 5, 7])
     fuse = latentlens.latent_codes(cache, 2, prefix="encoder.", module="fuse")
-    assert fuse.shape == (3, 12, 3, 2)  # [batch, pos, source layer, head]
+    assert fuse.shape == (3, S, 3, 2)  # [batch, pos, source layer, head]
     assert torch.equal(fuse[0, 4, 1], cache["encoder.blocks.2.fuse.hook_pattern"][0, :, 4, 1])
     with pytest.raises(ValueError, match=r"module='cross' is unknown; choose one of"):
         latentlens.latent_codes(cache, 1, prefix="decoder.", module="cross")
@@ -150,5 +153,8 @@ def test_bad_configs_and_inputs() -> None:
     model = tiny()
     with pytest.raises(ValueError, match="integer token ids"):
         model(torch.rand(2, 5), torch.ones(2, 3, dtype=torch.long))
-    with pytest.raises(ValueError, match="at most 12"):
-        model(torch.ones(2, 13, dtype=torch.long), torch.ones(2, 3, dtype=torch.long))
+    with pytest.raises(ValueError, match=f"at most {model.cfg.n_ctx_source}"):
+        model(
+            torch.ones(2, model.cfg.n_ctx_source + 1, dtype=torch.long),
+            torch.ones(2, 3, dtype=torch.long),
+        )
