@@ -32,25 +32,9 @@ from latentlens.tasks.translation.corpus import (
     pad_rows,
     strip,
 )
-from latentlens.tasks.translation.grammar import (
-    ADJECTIVES,
-    DETERMINERS,
-    MODIFIERS,
-    NOUNS,
-    PREPOSITIONS,
-    VERBS,
-)
+from latentlens.tasks.translation.grammar import ATOM_CLASSES, MODIFIER_ATOMS
 
 SPLIT_FILES = {"train": "train", "valid": "valid", "test": "test", "cg": "cg-test"}
-COGNITION_CLASSES = {
-    **dict.fromkeys(DETERMINERS, "DET"),
-    **dict.fromkeys(ADJECTIVES, "ADJ"),
-    **dict.fromkeys(NOUNS, "N"),
-    **{f"mod{i}": "MOD" for i in range(len(MODIFIERS))},
-    **dict.fromkeys(VERBS, "V"),
-    **dict.fromkeys(PREPOSITIONS, "P"),
-}
-COGNITION_MODIFIERS = {phrase: f"mod{i}" for i, phrase in enumerate(MODIFIERS)}
 
 
 def _find(data_dir: Path, name: str, *extra: Path) -> Path:
@@ -86,7 +70,7 @@ def read_lexicon(path: Path) -> Lexicon:
             )
         atom, alternatives = parts
         translations[atom] = () if alternatives == "/" else tuple(alternatives.split("/"))
-    return Lexicon(translations, COGNITION_CLASSES, COGNITION_MODIFIERS)
+    return Lexicon(translations, ATOM_CLASSES, MODIFIER_ATOMS)
 
 
 def _tokenizer(data_dir: Path, texts: Sequence[str], vocab_size: int):

@@ -179,6 +179,16 @@ CONJUNCTIONS = ("and", "but", "so")
 # CoGnition's compound patterns per subset (counts of 720): (adjective, modifier) present
 PATTERNS = ((False, False, 40), (False, True, 80), (True, False, 200), (True, True, 400))
 PAIR_KINDS = ("det_noun", "adj_noun", "noun_mod", "verb_noun", "prep_noun")
+# CoGnition's atom classes (CTER's order checks read them); a modifier phrase is one atom
+MODIFIER_ATOMS = {phrase: f"mod{m}" for m, phrase in enumerate(MODIFIERS)}
+ATOM_CLASSES = {
+    **dict.fromkeys(DETERMINERS, "DET"),
+    **dict.fromkeys(ADJECTIVES, "ADJ"),
+    **dict.fromkeys(NOUNS, "N"),
+    **dict.fromkeys(MODIFIER_ATOMS.values(), "MOD"),
+    **dict.fromkeys(VERBS, "V"),
+    **dict.fromkeys(PREPOSITIONS, "P"),
+}
 LANGUAGE_SEED = 7  # the toy language's words are fixed, whatever the split
 
 
@@ -284,22 +294,13 @@ class Language:
         translations.update({n: (word[f"noun:{n}"],) for n in NOUNS})
         translations.update({v: (word[f"verb:{v}:0"], word[f"verb:{v}:1"]) for v in VERBS})
         translations.update({p: (word[f"prep:{p}"],) for p in PREPOSITIONS})
-        modifiers = {phrase: f"mod{m}" for m, phrase in enumerate(MODIFIERS)}
         translations.update(
             {
                 f"mod{m}": (word[f"mod:{m}:0"] + word[f"mod:{m}:1"] + word["rel"],)
                 for m in range(len(MODIFIERS))
             }
         )
-        classes = {
-            **dict.fromkeys(DETERMINERS, "DET"),
-            **dict.fromkeys(ADJECTIVES, "ADJ"),
-            **dict.fromkeys(NOUNS, "N"),
-            **dict.fromkeys(modifiers.values(), "MOD"),
-            **dict.fromkeys(VERBS, "V"),
-            **dict.fromkeys(PREPOSITIONS, "P"),
-        }
-        return Lexicon(translations, classes, modifiers)
+        return Lexicon(translations, ATOM_CLASSES, MODIFIER_ATOMS)
 
     def detokenize(self, ids: Sequence[int]) -> str:
         return " ".join(self.tokens[i] for i in strip(ids))
