@@ -57,24 +57,26 @@ def connection_init(kind: str, dec_layers: int, enc_layers: int, d_model: int) -
     - ``gca``: decoder layer j (from 1) reads encoder layer L - j + 1 (top to bottom);
     - ``layerwise``: decoder layer j reads encoder layer j;
     - ``uniform``: every encoder layer with weight 1/L.
-    Indices past the encoder's depth are clipped to it.
+    ``gca`` and ``layerwise`` give each decoder layer its own encoder layer, so they need
+    ``dec_layers <= enc_layers``.
     """
+    if kind not in CONNECTIONS[1:]:
+        raise ValueError(
+            f"connection={kind!r} has no initialisation; choose one of {CONNECTIONS[1:]}"
+        )
+    if kind in ("gca", "layerwise") and dec_layers > enc_layers:
+        raise ValueError(
+            f"connection={kind!r} maps each of the {dec_layers} decoder layers to its own "
+            f"encoder layer but the encoder has {enc_layers}; use 'original' or 'uniform', "
+            "or a decoder no deeper than the encoder"
+        )
     eye = torch.eye(d_model)
     weight = torch.zeros(dec_layers, d_model, enc_layers * d_model)
     for j in range(dec_layers):
         if kind == "uniform":
             weight[j] = torch.cat([eye / enc_layers] * enc_layers, dim=1)
             continue
-        if kind == "original":
-            source = enc_layers - 1
-        elif kind == "gca":
-            source = max(enc_layers - 1 - j, 0)
-        elif kind == "layerwise":
-            source = min(j, enc_layers - 1)
-        else:
-            raise ValueError(
-                f"connection={kind!r} has no initialisation; choose one of {CONNECTIONS[1:]}"
-            )
+        source = {"original": enc_layers - 1, "gca": enc_layers - 1 - j, "layerwise": j}[kind]
         weight[j, :, source * d_model : (source + 1) * d_model] = eye
     return weight
 
@@ -93,6 +95,12 @@ class LayerConnection(nn.Module):
     def forward(self, encoder_outputs: torch.Tensor) -> torch.Tensor:
         batch, layers, pos, d_model = encoder_outputs.shape
         stacked = encoder_outputs.permute(0, 2, 1, 3).reshape(batch, pos, layers * d_model)
+        return self.from_concatenated(stacked)
+
+    def from_concatenated(self, stacked: torch.Tensor) -> torch.Tensor:
+        """``[batch, source_pos, enc_layer * d_model]`` (the encoder layers concatenated on
+        the feature axis, layer 1 first) -> memories ``[batch, dec_layer, source_pos,
+        d_model]``."""
         return self.hook_memory(torch.einsum("bpi,joi->bjpo", stacked, self.weight))
 
     def routing_matrix(self) -> torch.Tensor:
