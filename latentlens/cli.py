@@ -11,6 +11,7 @@ import torch
 
 from latentlens import __version__
 from latentlens.cli_analysis import add_analysis_parsers
+from latentlens.cli_connect import add_connect_parser
 from latentlens.cli_training import MODEL_CHOICES, add_eval_parser, add_train_parser
 from latentlens.devices import DEVICE_CHOICES, resolve_device
 from latentlens.models import VARIANTS, build_model, canonical_kind, hook_axes
@@ -64,6 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.set_defaults(handler=run_inspect)
     add_train_parser(commands)
     add_eval_parser(commands)
+    add_connect_parser(commands)
     add_analysis_parsers(commands)
     return parser
 

@@ -106,6 +106,12 @@ def add_train_parser(commands: argparse._SubParsersAction) -> None:
         "the stored config); several runs trained together with --seeds resume together",
     )
     train.add_argument(
+        "--init-from",
+        metavar="RUN_DIR",
+        help="start from this run's newest weights (fine-tuning): same model kind and task; "
+        "the model may add a --connection the run did not have",
+    )
+    train.add_argument(
         "--config",
         type=Path,
         help="JSON file with model/task/train sections, or a run's config.json (its task and "
@@ -168,8 +174,9 @@ class ConfigFile:
     model_kind: str | None = None
 
 
-# The entries of a run's config.json that describe the run without configuring it.
-RUN_RECORD = {"latentlens_version", "task_description"}
+# The entries of a run's config.json that describe the run without configuring it (where
+# its weights started is a flag, --init-from, not a section).
+RUN_RECORD = {"latentlens_version", "task_description", "init_from"}
 
 
 def read_config_file(path: Path) -> ConfigFile:
@@ -248,6 +255,8 @@ def run_train(args: argparse.Namespace) -> int:
     try:
         if args.seeds and (args.resume or args.seed is not None):
             raise ValueError("--seeds starts new runs: drop --seed and --resume")
+        if args.init_from and (args.resume or args.seeds):
+            raise ValueError("--init-from starts one new run: drop --resume and --seeds")
         if args.resume:
             stored = [RunDirectory(run).read_config() for run in args.resume]
             for run, config in zip(args.resume, stored, strict=True):
@@ -273,7 +282,7 @@ def run_train(args: argparse.Namespace) -> int:
                 seed = config["train"]["seed"]
                 run_dir = args.run_dir or f"runs/{args.task}-{kind}{args.attention}-s{seed}"
                 runtime["callbacks"] = tracking_callbacks(config)
-                trainer = Trainer.create(run_dir, config, **runtime)
+                trainer = Trainer.create(run_dir, config, init_from=args.init_from, **runtime)
         try:
             if isinstance(trainer, SeedGroup):
                 trainers = trainer.trainers

@@ -46,6 +46,7 @@ from latentlens.training.checkpoint import (
 from latentlens.training.config import TrainConfig
 from latentlens.training.distributed import init_distributed
 from latentlens.training.graphs import GraphedStep
+from latentlens.training.init_from import initial_weights, load_initial_weights
 from latentlens.training.objective import TrainingObjective, predict
 from latentlens.training.run_dir import RunDirectory
 
@@ -267,11 +268,24 @@ class Trainer:
         }
 
     @classmethod
-    def create(cls, run_dir: str | Path, config: dict[str, Any], **kwargs: Any) -> Trainer:
-        """Start a new run in ``run_dir``; refuses a directory that already holds a run."""
+    def create(
+        cls,
+        run_dir: str | Path,
+        config: dict[str, Any],
+        init_from: str | Path | None = None,
+        **kwargs: Any,
+    ) -> Trainer:
+        """Start a new run in ``run_dir``; refuses a directory that already holds a run.
+        ``init_from``: a run whose newest weights the model starts from (fine-tuning; it
+        may add a layer connection), recorded in ``config.json`` as ``init_from``."""
         directory = RunDirectory(run_dir)
         taken = directory.config_path.exists()
+        if init_from is not None:
+            weights, record = initial_weights(init_from, config)
+            config = {**config, "init_from": record}
         trainer = cls(directory, config, **kwargs)
+        if init_from is not None:
+            load_initial_weights(trainer.model, weights)
         if any(trainer.dist.gather(taken)):
             raise ValueError(
                 f"{directory.path} already holds a run (config.json); continue it with "
@@ -481,11 +495,16 @@ def _summary(records: list[dict[str, Any]]) -> str:
 
 
 def train_or_resume(
-    run: str | Path, config: dict[str, Any], callbacks: Sequence[Callback] = (), **runtime: Any
+    run: str | Path,
+    config: dict[str, Any],
+    callbacks: Sequence[Callback] = (),
+    init_from: str | Path | None = None,
+    **runtime: Any,
 ) -> Path:
     """Bring the run in ``run`` to ``config``'s last step: reuse it if finished, resume it
-    if interrupted, start it if new (or killed before its first checkpoint). A run whose
-    stored training config differs from ``config``'s is an error, never overwritten."""
+    if interrupted, start it if new (or killed before its first checkpoint; from the
+    weights of run ``init_from`` if given). A run whose stored training config differs
+    from ``config``'s is an error, never overwritten."""
     directory = RunDirectory(run)
     found = list_checkpoints(directory.checkpoints) if directory.checkpoints.is_dir() else []
     if found:
@@ -495,5 +514,5 @@ def train_or_resume(
             Trainer.resume(run, callbacks=callbacks, **runtime).train()
         return directory.path
     shutil.rmtree(directory.path, ignore_errors=True)
-    Trainer.create(run, config, callbacks=callbacks, **runtime).train()
+    Trainer.create(run, config, init_from=init_from, callbacks=callbacks, **runtime).train()
     return directory.path
