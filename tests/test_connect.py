@@ -138,8 +138,9 @@ def test_connect_bad_input_is_a_clear_error(base: Path, tmp_path: Path, capsys) 
     code, _, err = run_cli(["connect", "--base", str(base), "--conditions", "bridge"], capsys)
     assert code == 2 and "choose 'all' or some of" in err
     other = tmp_path / "logic"
-    code, _, err = run_cli(["train", "--task", "fuzzy-logic", "--steps", "2", "--eval-every",
-                            "2", "--run-dir", str(other), "--quiet", "--d-model", "16"], capsys)  # fmt: skip
+    argv = ["train", "--task", "fuzzy-logic", "--steps", "2", "--eval-every", "2",
+            "--run-dir", str(other), "--quiet", "--d-model", "16"]  # fmt: skip
+    code, _, err = run_cli(argv, capsys)
     assert code == 0, err
     code, _, err = run_cli(["connect", "--base", str(other), "--out", str(tmp_path / "o")], capsys)
     assert code == 2 and "goes into an encoder-decoder trained on translation" in err
