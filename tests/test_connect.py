@@ -23,10 +23,18 @@ MODEL = dict(d_model=16, n_heads=2, qk_dim=16, v_dim=16, d_mlp=32, n_layers_enco
 def config(connection: str = "none", seed: int = 0, steps: int = 12, **model) -> dict:
     return Trainer.resolve_config(
         "translation",
-        model_for_task("translation", TASK, "transformer", connection=connection,
-                       **{**MODEL, **model}),  # fmt: skip
-        TrainConfig.for_task("translation", steps=steps, eval_every=steps, batch_size=16,
-                             warmup_steps=2, eval_examples=16, seed=seed),  # fmt: skip
+        model_for_task(
+            "translation", TASK, "transformer", connection=connection, **{**MODEL, **model}
+        ),  # fmt: skip
+        TrainConfig.for_task(
+            "translation",
+            steps=steps,
+            eval_every=steps,
+            batch_size=16,
+            warmup_steps=2,
+            eval_examples=16,
+            seed=seed,
+        ),  # fmt: skip
         TASK,
     )
 
