@@ -45,6 +45,22 @@ def add_connect_parser(commands: argparse._SubParsersAction) -> None:
     connect.add_argument("--lr", type=float, help="default: a tenth of the base's")
     connect.add_argument("--batch-size", type=int, help="default: the base's")
     connect.add_argument("--eval-every", type=int, help="default: half the steps")
+    marian = connect.add_argument_group(
+        "a Hugging Face MarianMT --base (defaults: the author's wmt16 de-en settings)"
+    )
+    marian.add_argument(
+        "--dataset",
+        default="wmt16:de-en",
+        help="a `datasets` name[:config], or a local folder of train/validation/test "
+        ".jsonl/.json/.csv files of pairs (default: %(default)s)",
+    )
+    marian.add_argument("--source-lang", default="de", help="default: %(default)s")
+    marian.add_argument("--target-lang", default="en", help="default: %(default)s")
+    marian.add_argument("--train-pairs", type=int, help="first N training pairs (1,000,000)")
+    marian.add_argument("--eval-pairs", type=int, help="validation pairs for the loss (1,000)")
+    marian.add_argument("--test-pairs", type=int, help="test pairs for BLEU (all)")
+    marian.add_argument("--num-beams", type=int, help="beam size (4)")
+    marian.add_argument("--max-length", type=int, help="tokens (128)")
     connect.add_argument("--device", choices=DEVICE_CHOICES, default="auto")
     connect.add_argument("--quiet", action="store_true", help="no progress bars")
     connect.set_defaults(handler=run_connect)
@@ -55,15 +71,42 @@ def run_connect(args: argparse.Namespace) -> int:
 
     conditions = connect.parse_conditions(args.conditions)
     out = args.out or Path("runs") / f"connect-{Path(args.base[0]).name}"
-    runs = connect.plan(args.base, conditions, out, args.seeds)
-    overrides = {"steps": args.steps, "lr": args.lr, "batch_size": args.batch_size,
-                 "eval_every": args.eval_every}  # fmt: skip
-    connect.run_conditions(runs, overrides, device=args.device, quiet=args.quiet)
-    results = [connect.run_result(one) for one in runs]
+    if connect.is_latentlens_run(args.base[0]):
+        runs = connect.plan(args.base, conditions, out, args.seeds)
+        overrides = {"steps": args.steps, "lr": args.lr, "batch_size": args.batch_size,
+                     "eval_every": args.eval_every}  # fmt: skip
+        connect.run_conditions(runs, overrides, device=args.device, quiet=args.quiet)
+        results = [connect.run_result(one) for one in runs]
+    else:
+        results = run_marian(args, conditions, out)
     path = connect.write_results(out, results)
     print(connect.format_table(connect.summarise(results)))
     print(f"results: {path}")
-    connected = [one for one in runs if connect.CONDITIONS[one.condition].connection != "none"]
+    connected = [r["run"] for r in results if r["routing"] is not None]
     if connected:
-        print(f"routing over training: latentlens figures {connected[-1].run}")
+        print(f"routing over training: latentlens figures {connected[-1]}")
     return 0
+
+
+def run_marian(args: argparse.Namespace, conditions: list[str], out: Path) -> list[dict]:
+    """The four conditions on a Hugging Face MarianMT model."""
+    from latentlens import connect
+    from latentlens.devices import resolve_device
+    from latentlens.pretrained.finetune import MarianFineTune, fine_tune_marian
+
+    if len(args.base) > 1:
+        raise ValueError("give one Hugging Face --base (a name or folder); --seeds for seeds")
+    name, _, dataset_config = args.dataset.partition(":")
+    given = {"train_pairs": args.train_pairs, "eval_pairs": args.eval_pairs,
+             "test_pairs": args.test_pairs, "num_beams": args.num_beams,
+             "max_length": args.max_length, "steps": args.steps, "lr": args.lr,
+             "batch_size": args.batch_size, "eval_every": args.eval_every}  # fmt: skip
+    settings = {k: v for k, v in given.items() if v is not None}
+    runs = connect.plan_marian(args.base[0], conditions, out, args.seeds)
+    device = resolve_device(args.device)
+    for one in runs:
+        cfg = MarianFineTune(dataset=name, dataset_config=dataset_config or None,
+                             source_lang=args.source_lang, target_lang=args.target_lang,
+                             seed=one.seed, **settings)  # fmt: skip
+        fine_tune_marian(one.run, args.base[0], one.condition, cfg, device, quiet=args.quiet)
+    return [connect.marian_result(one) for one in runs]

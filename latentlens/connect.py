@@ -206,13 +206,51 @@ def run_result(one: ConditionRun) -> dict[str, Any]:
     }
 
 
+def is_latentlens_run(base: str | Path) -> bool:
+    """Whether ``base`` is a latentlens run directory (else a Hugging Face model)."""
+    path = Path(base) / "config.json"
+    if not path.is_file():
+        return False
+    try:
+        return "model_kind" in json.loads(path.read_text())
+    except json.JSONDecodeError:
+        return False
+
+
+def plan_marian(
+    base: str, conditions: Sequence[str], out: str | Path, seeds: Sequence[int] | None
+) -> list[ConditionRun]:
+    """The runs of a Hugging Face MarianMT base: each condition for each seed (default 0)."""
+    return [
+        ConditionRun(condition, seed, Path(base), Path(out) / f"{condition}-s{seed}")
+        for condition in conditions
+        for seed in (seeds or [0])
+    ]
+
+
+def marian_result(one: ConditionRun) -> dict[str, Any]:
+    """A finished MarianMT fine-tune's BLEU (start and end), test loss and routing."""
+    records = RunDirectory(one.run).read_metrics()
+    return {
+        "condition": one.condition,
+        "seed": one.seed,
+        "base": str(one.base),
+        "run": str(one.run),
+        "bleu_start": records[0]["bleu"],
+        "bleu_test": records[-1]["bleu"],
+        "test_loss": records[-1]["loss"],
+        "routing": routing_record(one.run),
+    }
+
+
 def summarise(results: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """Per condition: mean and sample std over seeds of each quality, the test loss and,
     where there is a connection, the routing's movement and mirror share."""
     summary = {}
+    measured = [k for k in ("bleu_start", *QUALITY, "test_loss") if k in results[0]]
     for condition in dict.fromkeys(r["condition"] for r in results):
         rows = [r for r in results if r["condition"] == condition]
-        values = {key: [r[key] for r in rows] for key in (*QUALITY, "test_loss")}
+        values = {key: [r[key] for r in rows] for key in measured}
         if rows[0]["routing"] is not None:
             values["routing_moved"] = [r["routing"]["moved"] for r in rows]
             values["mirror_share"] = [r["routing"]["mirror_share"] for r in rows]
@@ -242,12 +280,15 @@ def summary_cell(row: dict[str, Any], key: str, scale: float = 1.0, digits: int 
 
 def format_table(summary: dict[str, dict[str, Any]]) -> str:
     """The four conditions as a text table, mean ± std, beside the author's BLEU."""
-    header = (f"{'condition':<11}{'seeds':>6}{'BLEU test':>16}{'BLEU CG':>16}{'CTER inst %':>16}"
-              f"{'test loss':>18}{'routing moved':>16}{'paper BLEU':>12}")  # fmt: skip
+    header = (
+        f"{'condition':<11}{'seeds':>6}{'BLEU start':>16}{'BLEU test':>16}{'BLEU CG':>16}"
+        f"{'CTER inst %':>16}{'test loss':>18}{'routing moved':>16}{'paper BLEU':>12}"
+    )
     lines = [header]
     for condition, row in summary.items():
         lines.append(
-            f"{condition:<11}{row['seeds']:>6}{summary_cell(row, 'bleu_test'):>16}"
+            f"{condition:<11}{row['seeds']:>6}{summary_cell(row, 'bleu_start'):>16}"
+            f"{summary_cell(row, 'bleu_test'):>16}"
             f"{summary_cell(row, 'bleu_cg'):>16}{summary_cell(row, 'cter_instance', 100, 1):>16}"
             f"{summary_cell(row, 'test_loss', 1, 4):>18}"
             f"{summary_cell(row, 'routing_moved', 1, 3):>16}{PAPER[condition]['bleu']:>12}"

@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 from safetensors import safe_open
+from safetensors.torch import load_file
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
@@ -127,25 +128,30 @@ def load_bridged(directory: str | Path, **from_pretrained: Any) -> Any:
     """A model saved by :func:`save_bridged` (or any MarianMT checkpoint), bridge and its
     trained weights restored."""
     from transformers import MarianMTModel
+    from transformers.utils import logging as hf_logging
 
     directory = Path(directory)
     config_path = directory / "config.json"
     if not config_path.is_file():
         raise ValueError(f"{directory} holds no saved model (config.json); save with save_bridged")
     init = json.loads(config_path.read_text()).get(BRIDGE_CONFIG_FIELD)
-    model = MarianMTModel.from_pretrained(directory, **from_pretrained)
     if init is None:
-        return model
+        return MarianMTModel.from_pretrained(directory, **from_pretrained)
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # its report of the bridge's weight as unexpected
+    try:
+        model = MarianMTModel.from_pretrained(directory, **from_pretrained)
+    finally:
+        hf_logging.set_verbosity(verbosity)
     weights = directory / "model.safetensors"
     with safe_open(str(weights), framework="pt") as handle:
         keys = handle.keys()  # a safe_open handle is not iterable
         if BRIDGE_KEY not in keys:
             raise ValueError(f"{weights} has no {BRIDGE_KEY}; it was not saved with a bridge")
-        trained = handle.get_tensor(BRIDGE_KEY)
     delattr(model.config, BRIDGE_CONFIG_FIELD)
     insert_bridge(model, init)
-    with torch.no_grad():
-        model.model.layer_connection.weight.copy_(trained)
+    # every saved tensor as saved (from_pretrained skipped the bridge's weight)
+    model.load_state_dict(load_file(str(weights)), strict=False)
     return model
 
 
