@@ -11,6 +11,8 @@ finds finished in ``--out``); the published and official figures beside them com
   query's latent code on OOD tasks; clustering and topographic similarity.
 - ``hyperteacher``: the hypernetwork against the vanilla transformer on modular ICL.
 - ``translation``: FUSION and the GCA layer connection, with the fuse weights over training.
+- ``layer-connection``: the connection inserted into translation's pretrained baselines
+  and fine-tuned in seed 001's four conditions, with the routing over fine-tuning.
 
     python benchmarks/reproduce.py --size cpu|gpu|tiny [--only NAME ...] [--seeds 3]
         [--jobs N] [--device auto] [--out runs/reproduce-SIZE] [--results docs/RESULTS.md]
@@ -38,6 +40,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the reproduction package
 
 from reproduction import (  # noqa: E402
+    connection_section,
     fuzzy_logic_section,
     hyperteacher_section,
     sraven_section,
@@ -52,6 +55,7 @@ EXPERIMENTS: dict[str, ModuleType] = {
     "sraven": sraven_section,
     "hyperteacher": hyperteacher_section,
     "translation": translation_section,
+    "layer-connection": connection_section,
 }
 SIZES = ("cpu", "gpu", "tiny")
 
@@ -79,7 +83,7 @@ def main(argv: list[str] | None = None) -> None:
     start = time.perf_counter()
 
     specs = {name: EXPERIMENTS[name].plan(args.size, args.seeds, out / name) for name in names}
-    every = [spec for name in names for spec in specs[name]]
+    every = list({spec.path: spec for name in names for spec in specs[name]}.values())
     print(f"training {len(every)} runs ({args.size}), {jobs} at a time ...", flush=True)
     timings = train_all(every, out, args.device, jobs)
     trained_s = time.perf_counter() - start
@@ -89,9 +93,10 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{name}: analysis ...", flush=True)
         section_start = time.perf_counter()
         text = EXPERIMENTS[name].report(out / name, args.size, args.seeds, args.device, figures)
-        run_s = sum(timings.get(str(s.path.relative_to(out)), 0.0) for s in specs[name])
+        own = [s for s in specs[name] if s.path.is_relative_to(out / name)]
+        run_s = sum(timings.get(str(s.path.relative_to(out)), 0.0) for s in own)
         sections.append(
-            f"{text}\n\n*{name}: {len(specs[name])} runs, {run_s / 60:.1f} minutes of training "
+            f"{text}\n\n*{name}: {len(own)} runs, {run_s / 60:.1f} minutes of training "
             f"summed over runs; analysis {(time.perf_counter() - section_start) / 60:.1f} "
             "minutes.*"
         )

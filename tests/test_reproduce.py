@@ -44,12 +44,14 @@ def test_every_experiment_is_written_with_its_figures(tiny, reproduce) -> None:
     for module in reproduce.EXPERIMENTS.values():
         assert f"## {module.TITLE}" in text
     for figure in ("fuzzy-logic-sweep", "sraven-accuracy", "sraven-codes-hyla",
-                   "hyperteacher-decoding", "translation-fuse-weights"):  # fmt: skip
+                   "hyperteacher-decoding", "translation-fuse-weights",
+                   "connection-routing-gca"):  # fmt: skip
         assert (results.parent / "figures" / f"{figure}.png").stat().st_size > 1_000
         assert f"(figures/{figure}.png)" in text
     timings = json.loads((runs / "timings.json").read_text())
-    planned = sum(len(m.plan("tiny", 1, runs / n)) for n, m in reproduce.EXPERIMENTS.items())
-    assert len(timings) == planned and all(seconds > 0 for seconds in timings.values())
+    planned = {spec.path for n, m in reproduce.EXPERIMENTS.items()
+               for spec in m.plan("tiny", 1, runs / n)}  # fmt: skip
+    assert len(timings) == len(planned) and all(seconds > 0 for seconds in timings.values())
 
 
 def test_the_tables_hold_each_runs_own_measurements(tiny) -> None:
@@ -77,6 +79,16 @@ def test_the_tables_hold_each_runs_own_measurements(tiny) -> None:
     )
     row = table_row(text, "fusion-both")
     assert f"| {quality['bleu_test']:.1f} |" in row and f"| {quality['cter_instance']:.3f} |" in row
+    from latentlens import connect
+
+    for condition in ("original", "gca"):
+        run = runs / "layer-connection" / f"{condition}-s0"
+        measured = connect.run_result(connect.ConditionRun(condition, 0, Path(), run))
+        row = table_row(text, f"{condition}: {connect.CONDITIONS[condition].label}")
+        assert f"| {measured['bleu_cg']:.2f} |" in row
+        assert f"| {measured['test_loss']:.3f} |" in row
+    stored = json.loads((runs / "layer-connection" / "gca-s0" / "config.json").read_text())
+    assert stored["init_from"]["run"] == str(runs / "translation" / "baseline-s0")
 
 
 def test_only_replaces_its_own_sections(reproduce) -> None:

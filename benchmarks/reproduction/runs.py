@@ -35,11 +35,13 @@ TIMINGS = "timings.json"
 @dataclass(frozen=True)
 class RunSpec:
     """One training run: where it lives, its resolved config (``Trainer.resolve_config``),
-    and whether the task's probes (:func:`latentlens.probes.run.probe_run`) run on it after."""
+    whether the task's probes (:func:`latentlens.probes.run.probe_run`) run on it after, and
+    the run whose weights it starts from (fine-tuning; trained first)."""
 
     path: Path
     config: dict[str, Any]
     probe_examples: int = 0
+    init_from: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -69,6 +71,7 @@ def train_one(spec: RunSpec, runtime: Runtime) -> float | None:
         spec.path,
         spec.config,
         tracking_callbacks(spec.config),
+        init_from=spec.init_from,
         device=runtime.device,
         quiet=True,
         # the SVD of modular-icl's teacher norm syncs with the host: it cannot be captured
@@ -94,14 +97,19 @@ def train_all(specs: Sequence[RunSpec], out: Path, device: str, jobs: int) -> di
     timings = json.loads(timings_file.read_text()) if timings_file.is_file() else {}
     threads = max((os.cpu_count() or 1) // jobs, 1) if jobs > 1 else torch.get_num_threads()
     runtime = Runtime(device, threads)
-    names = [str(spec.path.relative_to(out)) for spec in specs]
-    if jobs == 1:
-        results = (train_one(spec, runtime) for spec in specs)
-        record(timings, timings_file, names, results)
-    else:
-        with ProcessPoolExecutor(jobs, mp_context=get_context("spawn")) as pool:
-            results = pool.map(train_one, specs, [runtime] * len(specs))
+    unique = list({spec.path: spec for spec in specs}.values())  # experiments share bases
+    bases = {spec.init_from for spec in unique}
+    # runs others start from, then the rest: a fine-tune needs its base finished
+    first = [spec for spec in unique if spec.path in bases]
+    for wave in (first, [spec for spec in unique if spec.path not in bases]):
+        names = [str(spec.path.relative_to(out)) for spec in wave]
+        if jobs == 1:
+            results = (train_one(spec, runtime) for spec in wave)
             record(timings, timings_file, names, results)
+        else:
+            with ProcessPoolExecutor(jobs, mp_context=get_context("spawn")) as pool:
+                results = pool.map(train_one, wave, [runtime] * len(wave))
+                record(timings, timings_file, names, results)
     return timings
 
 
