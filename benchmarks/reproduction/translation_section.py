@@ -79,6 +79,14 @@ def delta_cell(quality: dict[str, list[dict[str, float]]], system: str, key: str
     return f"{100 * diff:+.1f} [{100 * low:+.1f}, {100 * high:+.1f}] ({relative:+.0f}%)"
 
 
+def source_name(block: int, source: int) -> str:
+    """Source ``source`` of fused block ``block`` (its sources: the embedding, then the
+    outputs of blocks 0 .. block - 1)."""
+    if source == 0:
+        return "the embedding"
+    return "the block below" if source == block else f"block {source - 1}'s output"
+
+
 def fuse_convergence(fuse: list[dict[str, Any]]) -> list[str]:
     """Per fused layer: the mean end weight of each source over seeds (± std), and the
     source it draws on most."""
@@ -88,9 +96,33 @@ def fuse_convergence(fuse: list[dict[str, Any]]) -> list[str]:
         sources = len(weights[0])
         cells = [mean_std([w[k] for w in weights], 2) for k in range(sources)]
         top = max(range(sources), key=lambda k: statistics.mean(w[k] for w in weights))
-        name = "the embedding" if top == 0 else f"layer {top}"
+        name = source_name(int(layer.split(".")[1]), top)
         lines.append(f"| {layer} | " + ", ".join(cells) + f" | {name} |")
     return lines
+
+
+def convergence_sentence(fuse: list[dict[str, Any]]) -> str:
+    """What the fused layers converge to, side by side: the source each draws on most,
+    with its mean end weight ± std over seeds."""
+    parts = []
+    for side in ("encoder", "decoder"):
+        layers = sorted((k for k in fuse[0] if k.startswith(side)), key=lambda k: int(k[-1]))
+        cells = []
+        for layer in layers:
+            weights = [seed[layer]["last"] for seed in fuse]
+            means = [statistics.mean(w[k] for w in weights) for k in range(len(weights[0]))]
+            top = max(range(len(means)), key=means.__getitem__)
+            block = int(layer.split(".")[1])
+            name = source_name(block, top)
+            spread = mean_std([w[top] for w in weights], 2)
+            cells.append(f"block {block} on {name} ({spread})")
+        if cells:
+            parts.append(f"in the {side}, " + ", ".join(cells))
+    return (
+        "At the end of training each fused block draws most on: "
+        + "; ".join(parts)
+        + " (weight mean ± std over seeds; uniform would be 1 / number of sources)."
+    )
 
 
 def report(out: Path, size: str, seeds: int, device: str, figures: Path) -> str:
@@ -163,6 +195,8 @@ def report(out: Path, size: str, seeds: int, device: str, figures: Path) -> str:
         "| fused layer | end weight per source | largest |",
         "|---|---|---|",
         *fuse_convergence(fuse),
+        "",
+        convergence_sentence(fuse),
     ]
     both = run_path(out, "fusion-both", 0)
     save_figure(fuse_weight_curves(both), figures / "translation-fuse-weights", ("png",))
