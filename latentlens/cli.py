@@ -26,6 +26,9 @@ def build_parser() -> argparse.ArgumentParser:
         "compositional tasks, probes and figures.",
     )
     parser.add_argument("--version", action="version", version=f"latentlens {__version__}")
+    parser.add_argument(
+        "--debug", action="store_true", help="show the Python traceback of an unexpected error"
+    )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     inspect = commands.add_parser(
@@ -132,6 +135,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         # The reader went away (``latentlens inspect | head``): stop quietly, and point
         # stdout at /dev/null so that Python's exit flush does not raise again.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    except OSError as err:  # the file system: full disk, read-only, permissions
+        if args.debug:
+            raise
+        where = f" ({err.filename})" if err.filename else ""
+        print(f"latentlens {args.command}: error: {err.strerror or err}{where}", file=sys.stderr)
+        return 1
+    except Exception as err:  # noqa: BLE001 - the last line of defence: one line, not a trace
+        if args.debug:
+            raise
+        print(
+            f"latentlens {args.command}: unexpected error: {type(err).__name__}: {err} "
+            "(run `latentlens --debug ...` for the traceback and report it)",
+            file=sys.stderr,
+        )
         return 1
 
 

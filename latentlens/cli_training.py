@@ -17,6 +17,7 @@ from latentlens.models.fusion import CONNECTIONS
 from latentlens.tasks import SUPPORTS, TASK_ALIASES, TASKS
 from latentlens.training import (
     PRECISIONS,
+    RESUME_CHANGEABLE,
     RunDirectory,
     SeedGroup,
     TrainConfig,
@@ -102,8 +103,10 @@ def add_train_parser(commands: argparse._SubParsersAction) -> None:
         "--resume",
         metavar="RUN_DIR",
         nargs="+",
-        help="continue this run from its newest checkpoint (other config flags must match "
-        "the stored config); several runs trained together with --seeds resume together",
+        help="continue this run from its newest checkpoint (from step 0 if it has none); "
+        "--lr, --weight-decay, --grad-clip and --warmup-steps change from there on (kept in "
+        "its config history), other config flags must match the stored config; several runs "
+        "trained together with --seeds resume together",
     )
     train.add_argument(
         "--init-from",
@@ -176,7 +179,7 @@ class ConfigFile:
 
 # The entries of a run's config.json that describe the run without configuring it (where
 # its weights started is a flag, --init-from, not a section).
-RUN_RECORD = {"latentlens_version", "task_description", "init_from"}
+RUN_RECORD = {"latentlens_version", "task_description", "init_from", "history"}
 
 
 def read_config_file(path: Path) -> ConfigFile:
@@ -261,11 +264,20 @@ def run_train(args: argparse.Namespace) -> int:
             stored = [RunDirectory(run).read_config() for run in args.resume]
             for run, config in zip(args.resume, stored, strict=True):
                 check_resume_flags(args, config, run)
+            changes = {k: getattr(args, k, None) for k in RESUME_CHANGEABLE
+                       if getattr(args, k, None) is not None}  # fmt: skip
             callbacks = [tracking_callbacks(config) for config in stored]
             if len(args.resume) > 1:
+                if changes:
+                    raise ValueError(
+                        f"--{'/--'.join(changes).replace('_', '-')} on resume changes one run "
+                        "at a time; resume the seeds one by one"
+                    )
                 trainer = SeedGroup.resume(args.resume, callbacks, **runtime)
             else:
-                trainer = Trainer.resume(args.resume[0], callbacks=callbacks[0], **runtime)
+                trainer = Trainer.resume(
+                    args.resume[0], train_changes=changes, callbacks=callbacks[0], **runtime
+                )
         else:
             file = read_config_file(args.config) if args.config else ConfigFile()
             apply_config_defaults(args, file)
@@ -339,7 +351,8 @@ def check_resume_flags(args: argparse.Namespace, stored: dict[str, Any], run: st
     given.update({("task_config", k): getattr(args, k) for k in TASK_FLAGS})
     given.update({("model", k): getattr(args, k) for k in SEQ2SEQ_FLAGS})
     given.update({("model", k): getattr(args, k) for k in MODEL_FLAGS})
-    given.update({("train", k): getattr(args, k) for k in [*TRAIN_FLAGS, "track"]})
+    given.update({("train", k): getattr(args, k) for k in [*TRAIN_FLAGS, "track"]
+                  if k not in RESUME_CHANGEABLE})  # fmt: skip
     sections = {**stored, "task_config": stored["task"]["config"]}
     differ = [
         f"{section}.{key}={value!r} (the run has {sections[section].get(key)!r})"

@@ -6,6 +6,7 @@ A bad value raises ``ValueError`` naming the owner and field, the value and what
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, fields
 from typing import Any, TypeVar
 
@@ -18,8 +19,9 @@ def require_positive(owner: str, name: str, value: Any) -> None:
 def require_non_negative(owner: str, name: str, value: Any, integer: bool = False) -> None:
     """``value`` must be a number >= 0 (an integer with ``integer``)."""
     kinds = (int,) if integer else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kinds) or value < 0:
-        kind = "integer" if integer else "number"
+    if (isinstance(value, bool) or not isinstance(value, kinds) or not math.isfinite(value)
+            or value < 0):  # fmt: skip
+        kind = "integer" if integer else "finite number"
         raise ValueError(f"{owner}.{name}={value!r} is invalid: it must be a non-negative {kind}")
 
 
@@ -37,8 +39,15 @@ def require_probability(owner: str, name: str, value: Any, exclude_zero: bool = 
 
 
 def require_eps(owner: str, name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+    if (isinstance(value, bool) or not isinstance(value, (int, float))
+            or not 0 < value < math.inf):  # fmt: skip
         raise ValueError(f"{owner}.{name}={value!r} is invalid: it must be a positive float")
+
+
+def require_seed(owner: str, name: str, value: Any) -> None:
+    """A seed torch can take: an integer in [0, 2^63)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**63:
+        raise ValueError(f"{owner}.{name}={value!r} is invalid: a seed is an integer in [0, 2^63)")
 
 
 def require_divisible(owner: str, name: str, value: int, n_heads: int, why: str) -> None:

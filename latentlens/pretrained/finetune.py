@@ -28,6 +28,7 @@ from latentlens.configs import JsonConfig, require_positive
 from latentlens.pretrained.bridge import insert_bridge, load_bridged, routing_matrix, save_bridged
 from latentlens.training.checkpoint import atomic_write_bytes
 from latentlens.training.run_dir import RunDirectory, truncate_jsonl
+from latentlens.training.run_lock import RunLock
 from latentlens.training.tracked_file import load_tracked, tracked_bytes
 
 # condition -> (bridge initialisation or None, start from the pretrained weights)
@@ -282,7 +283,15 @@ def fine_tune_marian(
     quiet: bool = False,
 ) -> Path:
     """Fine-tune ``base`` in ``condition`` into ``run_dir`` (resumed from its checkpoint if
-    interrupted, returned as it is if finished)."""
+    interrupted, returned as it is if finished), holding the run directory's lock."""
+    with RunLock(run_dir):
+        return _fine_tune(run_dir, base, condition, cfg, device, quiet)
+
+
+def _fine_tune(
+    run_dir: str | Path, base: str, condition: str, cfg: MarianFineTune,
+    device: str | torch.device, quiet: bool,
+) -> Path:  # fmt: skip
     from tqdm.auto import tqdm
     from transformers import AutoTokenizer
 
@@ -299,7 +308,7 @@ def fine_tune_marian(
         "train": cfg.to_dict(),
     }
     checkpoint = run.path / "checkpoint"
-    if run.config_path.is_file() and run.read_config() != config:
+    if run.config_path.is_file() and json.loads(run.config_path.read_text()) != config:
         raise ValueError(f"{run.path} holds a different run; choose another directory")
     tokenizer = AutoTokenizer.from_pretrained(base)
     sources, targets = load_pairs(cfg, "train", cfg.train_pairs)

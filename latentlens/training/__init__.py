@@ -7,7 +7,13 @@ from latentlens.training.callbacks import (
     TrackedArrays,
 )
 from latentlens.training.checkpoint import CheckpointError, list_checkpoints, load_checkpoint
-from latentlens.training.config import MODEL_DEFAULTS, PRECISIONS, TASK_DEFAULTS, TrainConfig
+from latentlens.training.config import (
+    MODEL_DEFAULTS,
+    PRECISIONS,
+    RESUME_CHANGEABLE,
+    TASK_DEFAULTS,
+    TrainConfig,
+)
 from latentlens.training.multiseed import SeedGroup, seed_configs
 from latentlens.training.run_dir import RunDirectory
 from latentlens.training.tracked_file import TrackedArray, load_tracked
@@ -27,6 +33,7 @@ __all__ = [
     "train_or_resume",
     "MODEL_DEFAULTS",
     "PRECISIONS",
+    "RESUME_CHANGEABLE",
     "TASK_DEFAULTS",
     "ActivationRecorder",
     "Callback",

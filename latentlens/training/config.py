@@ -11,9 +11,13 @@ from latentlens.configs import (
     require_choice,
     require_non_negative,
     require_positive,
+    require_seed,
 )
 
 PRECISIONS = ("fp32", "tf32", "bf16")
+# Optimiser settings a resumed run may change (e.g. a lower lr after a divergence); the
+# change is recorded in the run's config history.
+RESUME_CHANGEABLE = ("lr", "weight_decay", "grad_clip", "warmup_steps", "min_lr_ratio")
 
 # The reference's runs: logic 50,000 steps; SRAVEN 20M examples; modular ICL 100,000 steps
 # with gradient clipping at norm 1 and R² over 16,000 sequences (its warm-up is ours).
@@ -88,6 +92,7 @@ class TrainConfig(JsonConfig):
                 "ends at a fraction of lr, in [0, 1]"
             )
         require_choice(owner, "precision", self.precision, PRECISIONS)
+        require_seed(owner, "seed", self.seed)
 
     @classmethod
     def for_task(cls, task: str, model: str = "transformer", **overrides: Any) -> TrainConfig:

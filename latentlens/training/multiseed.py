@@ -272,7 +272,15 @@ class SeedGroup:
         return losses.detach()
 
     def train(self, quiet: bool = False) -> list[list[dict[str, Any]]]:
-        """Run every seed to ``train.steps``; returns each seed's last evaluation records."""
+        """Run every seed to ``train.steps``; returns each seed's last evaluation records
+        (the runs' locks are released when it returns or fails)."""
+        try:
+            return self._train(quiet)
+        finally:
+            for trainer in self.trainers:
+                trainer.close()
+
+    def _train(self, quiet: bool) -> list[list[dict[str, Any]]]:
         cfg = self.train_cfg
         for trainer in self.trainers:
             trainer.model.train()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -10,21 +11,48 @@ from latentlens.training.checkpoint import atomic_write_bytes
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """The records of a JSON-lines file (none when it does not exist)."""
+    """The records of a JSON-lines file (none when it does not exist). A torn last line
+    (no newline: its writer died mid-append) is left out; a corrupt line elsewhere is a
+    ``ValueError`` naming the file and line."""
     if not path.is_file():
         return []
+    try:
+        text = path.read_text()
+    except UnicodeDecodeError:
+        raise ValueError(
+            f"{path} is not text (not UTF-8): it is damaged; restore or delete it"
+        ) from None
+    lines = text.split("\n")
+    lines.pop()  # "" after the last newline; else a line torn by a writer's death: left out
     records = []
-    for number, line in enumerate(path.read_text().splitlines(), start=1):
+    for number, line in enumerate(lines, start=1):
         if line.strip():
             try:
                 records.append(json.loads(line))
             except json.JSONDecodeError as err:
-                raise ValueError(f"{path} line {number} is corrupt ({err})") from None
+                raise ValueError(
+                    f"{path} line {number} is corrupt ({err}); it was not written by "
+                    "latentlens: restore the file or delete that line"
+                ) from None
     return records
+
+
+def repair_torn_tail(path: Path) -> None:
+    """Cut a torn last line (one without its newline) off ``path`` so that the next
+    append starts on a line of its own."""
+    if not path.is_file() or path.stat().st_size == 0:
+        return
+    with open(path, "rb") as handle:
+        handle.seek(-1, os.SEEK_END)
+        if handle.read(1) == b"\n":
+            return
+    data = path.read_bytes()
+    atomic_write_bytes(path, data[: data.rfind(b"\n") + 1])
 
 
 def append_jsonl(path: Path, records: list[dict[str, Any]]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
+    repair_torn_tail(path)
     with open(path, "a") as handle:
         for record in records:
             handle.write(json.dumps(record, sort_keys=True) + "\n")
@@ -32,7 +60,7 @@ def append_jsonl(path: Path, records: list[dict[str, Any]]) -> None:
 
 
 def truncate_jsonl(path: Path, last_step: int) -> None:
-    """Drop the records of steps after ``last_step`` (atomically)."""
+    """Drop the records of steps after ``last_step``, and a torn last line (atomically)."""
     kept = [r for r in read_jsonl(path) if r["step"] <= last_step]
     text = "".join(json.dumps(r, sort_keys=True) + "\n" for r in kept)
     atomic_write_bytes(path, text.encode())
@@ -64,9 +92,26 @@ class RunDirectory:
         if not self.config_path.is_file():
             raise ValueError(f"{self.path} is not a run directory: it has no config.json")
         try:
-            return json.loads(self.config_path.read_text())
-        except json.JSONDecodeError as err:
-            raise ValueError(f"{self.config_path} is corrupt ({err})") from None
+            config = json.loads(self.config_path.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            raise ValueError(
+                f"{self.config_path} is corrupt ({err}); restore it, or start a new run"
+            ) from None
+        missing = (
+            []
+            if not isinstance(config, dict)
+            else [
+                section
+                for section in ("model", "task", "train")
+                if not isinstance(config.get(section), dict)
+            ]
+        )
+        if not isinstance(config, dict) or missing:
+            raise ValueError(
+                f"{self.config_path} is not a run's config (it needs the JSON objects model, "
+                "task and train); restore it, or start a new run"
+            )
+        return config
 
     def config_without_seed(self) -> dict[str, Any]:
         """The stored config less its training seed: equal for the seeds of one configuration

@@ -10,6 +10,7 @@ uninterrupted one.
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import warnings
 from collections.abc import Iterator, Sequence
@@ -43,12 +44,13 @@ from latentlens.training.checkpoint import (
     save_checkpoint,
     select_checkpoint,
 )
-from latentlens.training.config import TrainConfig
+from latentlens.training.config import RESUME_CHANGEABLE, TrainConfig
 from latentlens.training.distributed import init_distributed
 from latentlens.training.graphs import GraphedStep
 from latentlens.training.init_from import initial_weights, load_initial_weights
 from latentlens.training.objective import TrainingObjective, predict
 from latentlens.training.run_dir import RunDirectory
+from latentlens.training.run_lock import RunLock
 
 LOG_EVERY = 25
 NO_BAD_STEP = 2**62
@@ -208,6 +210,7 @@ class Trainer:
             else None
         )
         self.step = 0
+        self.lock: RunLock | None = None
 
     def track_recorders(self, callbacks: Sequence[Callback]) -> list[ActivationRecorder]:
         """The recorder of the hooks ``train.track`` names, on a fixed batch of the task's
@@ -279,18 +282,25 @@ class Trainer:
         ``init_from``: a run whose newest weights the model starts from (fine-tuning; it
         may add a layer connection), recorded in ``config.json`` as ``init_from``."""
         directory = RunDirectory(run_dir)
-        taken = directory.config_path.exists()
-        if init_from is not None:
-            weights, record = initial_weights(init_from, config)
-            config = {**config, "init_from": record}
-        trainer = cls(directory, config, **kwargs)
-        if init_from is not None:
-            load_initial_weights(trainer.model, weights)
-        if any(trainer.dist.gather(taken)):
-            raise ValueError(
-                f"{directory.path} already holds a run (config.json); continue it with "
-                f"--resume {directory.path} or choose another --run-dir"
-            )
+        existed = directory.path.exists()
+        lock = writer_lock(directory)
+        try:
+            taken = directory.config_path.exists()
+            if init_from is not None:
+                weights, record = initial_weights(init_from, config)
+                config = {**config, "init_from": record}
+            trainer = cls(directory, config, **kwargs)
+            if init_from is not None:
+                load_initial_weights(trainer.model, weights)
+            if any(trainer.dist.gather(taken)):
+                raise ValueError(taken_message(directory))
+        except BaseException:
+            if lock is not None:
+                lock.release()
+                if not existed:  # a refused start leaves nothing behind
+                    shutil.rmtree(directory.path, ignore_errors=True)
+            raise
+        trainer.lock = lock
         if trainer.dist.is_main:
             directory.write_config(config)
             directory.checkpoints.mkdir(parents=True, exist_ok=True)
@@ -299,16 +309,40 @@ class Trainer:
         return trainer
 
     @classmethod
-    def resume(cls, run_dir: str | Path, **kwargs: Any) -> Trainer:
-        """Continue the run in ``run_dir`` from its newest checkpoint, with its stored config."""
+    def resume(
+        cls, run_dir: str | Path, train_changes: dict[str, Any] | None = None, **kwargs: Any
+    ) -> Trainer:
+        """Continue the run in ``run_dir`` from its newest checkpoint, with its stored
+        config; a run killed before its first checkpoint starts again from step 0.
+        ``train_changes``: new values of optimiser settings (:data:`RESUME_CHANGEABLE`,
+        e.g. a lower ``lr`` after a divergence), recorded in the config's ``history``."""
         directory = RunDirectory(run_dir)
-        stored = directory.read_config()
-        found = list_checkpoints(directory.checkpoints)
-        trainer = cls(directory, stored, **kwargs)
-        if not found:
-            raise CheckpointError(
-                f"{directory.checkpoints} holds no checkpoint to resume from; start a new run"
-            )
+        lock = writer_lock(directory)
+        try:
+            stored = directory.read_config()
+            found = list_checkpoints(directory.checkpoints)
+            if train_changes:
+                stored = amended_config(stored, train_changes, found[-1][0] if found else 0)
+                if lock is not None:
+                    directory.write_config(stored)
+            trainer = cls(directory, stored, **kwargs)
+        except BaseException:
+            if lock is not None:
+                lock.release()
+            raise
+        trainer.lock = lock
+        if not found:  # nothing to keep: what it logged before dying goes with it
+            if "init_from" in stored:
+                base = stored["init_from"]
+                weights, _ = initial_weights(base["run"], stored, base["step"])
+                load_initial_weights(trainer.model, weights)
+            if trainer.dist.is_main:
+                directory.metrics_path.unlink(missing_ok=True)
+                for stale in directory.tracking.glob("*") if directory.tracking.is_dir() else []:
+                    stale.unlink()
+                directory.checkpoints.mkdir(parents=True, exist_ok=True)
+                directory.tracking.mkdir(parents=True, exist_ok=True)
+            return trainer
         checkpoint = load_checkpoint(found[-1][1])
         trainer.restore(checkpoint)
         if trainer.dist.is_main:
@@ -316,6 +350,12 @@ class Trainer:
         for callback in trainer.callbacks:
             callback.on_resume(trainer, checkpoint.step)
         return trainer
+
+    def close(self) -> None:
+        """Release the run directory's writer lock (done when :meth:`train` returns)."""
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
 
     @classmethod
     def load(
@@ -386,7 +426,14 @@ class Trainer:
         return loss.detach()
 
     def train(self) -> list[dict[str, Any]]:
-        """Run to ``train.steps``; returns the last evaluation's records."""
+        """Run to ``train.steps``; returns the last evaluation's records. The run
+        directory's lock is released when it returns or fails."""
+        try:
+            return self._train()
+        finally:
+            self.close()
+
+    def _train(self) -> list[dict[str, Any]]:
         cfg = self.train_cfg
         self.model.train()
         last_records: list[dict[str, Any]] = []
@@ -423,13 +470,30 @@ class Trainer:
         bad_step = int(self.dist.minimum(first_bad))
         if bad_step == NO_BAD_STEP:
             return
+        raise TrainingDiverged(self.diverged_message(f"the training loss at step {bad_step}"))
+
+    def diverged_message(self, what: str) -> str:
+        """What diverged, the last good checkpoint and the command that continues from it."""
         found = list_checkpoints(self.run_dir.checkpoints)
-        last = f"{found[-1][1]} (step {found[-1][0]})" if found else "none (no checkpoint yet)"
-        raise TrainingDiverged(
-            f"the training loss became NaN or infinite at step {bad_step}; the run stopped. "
-            f"Last good checkpoint: {last}. Lower the learning rate or use fp32, then resume "
-            "or restart."
+        where = (f"the last good checkpoint is step {found[-1][0]} ({found[-1][1]})" if found
+                 else "there is no checkpoint yet (it restarts from step 0)")  # fmt: skip
+        lower = f"{self.train_cfg.lr / 10:g}"
+        return (
+            f"{what} became NaN or infinite; the run stopped and {where}. Continue with a "
+            f"lower learning rate: latentlens train --resume {self.run_dir.path} --lr {lower}"
         )
+
+    def check_state_finite(self) -> None:
+        """Refuse to checkpoint non-finite weights or optimiser state (a diverged run's
+        last checkpoint stays the last good one)."""
+        tensors = [*self.model.parameters()]
+        tensors += [v for state in self.optimizer.state.values() for v in state.values()
+                    if isinstance(v, torch.Tensor) and v.is_floating_point()]  # fmt: skip
+        finite = torch.stack([torch.isfinite(t).all() for t in tensors]).all()
+        if not bool(self.dist.minimum(finite.long())):
+            raise TrainingDiverged(
+                self.diverged_message(f"the weights or optimiser state at step {self.step}")
+            )
 
     def evaluate_and_checkpoint(self) -> list[dict[str, Any]]:
         """Evaluate, log and checkpoint (rank 0; the other ranks only send RNG states)."""
@@ -437,6 +501,7 @@ class Trainer:
         if self.device.type == "cuda":
             own["cuda"] = torch.cuda.get_rng_state(self.device)
         every_rank = self.dist.gather(own)
+        self.check_state_finite()
         if not self.dist.is_main:
             return []
         splits = self.task.eval_splits
@@ -494,6 +559,43 @@ def _summary(records: list[dict[str, Any]]) -> str:
     return ", ".join(parts)
 
 
+def amended_config(config: dict[str, Any], changes: dict[str, Any], step: int) -> dict[str, Any]:
+    """``config`` with the optimiser settings ``changes`` from ``step`` on, the change
+    appended to its ``history``; other training settings are refused."""
+    changed = {k: v for k, v in changes.items() if config["train"].get(k) != v}
+    if fixed := sorted(set(changed) - set(RESUME_CHANGEABLE)):
+        raise ValueError(
+            f"a resumed run keeps its {', '.join(fixed)}; only {', '.join(RESUME_CHANGEABLE)} "
+            "may change (start a new run for the others)"
+        )
+    if not changed:
+        return config
+    train = TrainConfig.from_dict({**config["train"], **changed}).to_dict()
+    entry = {"step": step, "train": {k: [config["train"].get(k), v] for k, v in changed.items()}}
+    return {**config, "train": train, "history": [*config.get("history", []), entry]}
+
+
+def writer_lock(directory: RunDirectory) -> RunLock | None:
+    """The run directory's writer lock, held by the process that writes it (rank 0)."""
+    if int(os.environ.get("RANK", "0")) != 0:
+        return None
+    return RunLock(directory.path).acquire()
+
+
+def taken_message(directory: RunDirectory) -> str:
+    """Why a new run cannot start in ``directory``, and the one thing to do instead."""
+    if not list_checkpoints(directory.checkpoints):
+        return (
+            f"{directory.path} holds a run killed before its first checkpoint; "
+            f"`latentlens train --resume {directory.path}` starts it again from step 0 "
+            "(or delete the directory)"
+        )
+    return (
+        f"{directory.path} already holds a run (config.json); continue it with "
+        f"--resume {directory.path} or choose another --run-dir"
+    )
+
+
 def train_or_resume(
     run: str | Path,
     config: dict[str, Any],
@@ -506,13 +608,12 @@ def train_or_resume(
     weights of run ``init_from`` if given). A run whose stored training config differs
     from ``config``'s is an error, never overwritten."""
     directory = RunDirectory(run)
-    found = list_checkpoints(directory.checkpoints) if directory.checkpoints.is_dir() else []
-    if found:
-        if directory.read_config()["train"] != config["train"]:
+    if directory.config_path.is_file():
+        if directory.read_config().get("train") != config["train"]:
             raise ValueError(f"{directory.path} holds a different run; choose another directory")
-        if found[-1][0] < config["train"]["steps"]:
-            Trainer.resume(run, callbacks=callbacks, **runtime).train()
+        found = list_checkpoints(directory.checkpoints)
+        if not found or found[-1][0] < config["train"]["steps"]:
+            Trainer.resume(run, callbacks=callbacks, **runtime).train()  # or from step 0
         return directory.path
-    shutil.rmtree(directory.path, ignore_errors=True)
     Trainer.create(run, config, init_from=init_from, callbacks=callbacks, **runtime).train()
     return directory.path

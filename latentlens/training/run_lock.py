@@ -1,0 +1,102 @@
+"""One writer per run directory: an exclusive ``flock`` on ``RUN/.lock``.
+
+The lock belongs to the open file, so the operating system drops it when its process
+dies, however it dies: a stale lock of a killed process is taken over by the next writer
+without any clean-up. The file records the holder (PID, host, start time) for the message a
+second writer gets. Readers (eval, probes, figures) take no lock.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import socket
+import time
+from pathlib import Path
+
+LOCK_FILE = ".lock"
+
+
+class RunLocked(ValueError):
+    """Another process is writing this run directory."""
+
+
+def prepare_directory(path: Path) -> None:
+    """Create the run directory, or a one-line error naming what stands in the way."""
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"--run-dir {path} is a file; choose a directory path")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise ValueError(
+            f"--run-dir {path} lies under a file ({_first_file(path)}); choose a directory path"
+        ) from None
+    except OSError as err:
+        raise ValueError(
+            f"--run-dir {path} cannot be created ({err.strerror}); choose a writable place"
+        ) from None
+
+
+def _first_file(path: Path) -> Path:
+    for parent in reversed(path.parents):
+        if parent.exists() and not parent.is_dir():
+            return parent
+    return path
+
+
+class RunLock:
+    """``acquire()`` or refuse with :class:`RunLocked`; ``release()`` (idempotent)."""
+
+    def __init__(self, directory: str | Path) -> None:
+        self.directory = Path(directory)
+        self.path = self.directory / LOCK_FILE
+        self.fd: int | None = None
+
+    def acquire(self) -> RunLock:
+        prepare_directory(self.directory)
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as err:
+            raise ValueError(
+                f"{self.path} cannot be opened ({err.strerror}); the run directory must be writable"
+            ) from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _holder(fd)
+            os.close(fd)
+            raise RunLocked(
+                f"{self.directory} is being written by {holder}; wait for it to finish, or "
+                "choose another --run-dir"
+            ) from None
+        record = {"pid": os.getpid(), "host": socket.gethostname(),
+                  "since": time.strftime("%Y-%m-%d %H:%M:%S")}  # fmt: skip
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(record).encode(), 0)
+        self.fd = fd
+        return self
+
+    def release(self) -> None:
+        if self.fd is None:
+            return
+        fcntl.flock(self.fd, fcntl.LOCK_UN)
+        os.close(self.fd)
+        self.fd = None
+
+    def __del__(self) -> None:  # a lock dropped without release (an aborted start-up)
+        self.release()
+
+    def __enter__(self) -> RunLock:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def _holder(fd: int) -> str:
+    try:
+        record = json.loads(os.pread(fd, 4096, 0) or b"{}")
+        return f"PID {record['pid']} on {record['host']} (since {record['since']})"
+    except (ValueError, KeyError, TypeError):
+        return "another process"

@@ -1,0 +1,175 @@
+"""Run directories under hostile use: one writer at a time, torn appends repaired, runs
+killed before their first checkpoint, divergence that leaves a good checkpoint, and bad
+values refused."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import socket
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from latentlens.cli import main
+from latentlens.training import (
+    Callback,
+    RunDirectory,
+    TrainConfig,
+    Trainer,
+    TrainingDiverged,
+    list_checkpoints,
+)
+from latentlens.training.run_dir import read_jsonl
+from latentlens.training.run_lock import RunLock, RunLocked
+from tests.training.test_trainer import TINY_FLAGS, run_cli, tiny_config
+
+
+def train_flags(run: Path, steps: int = 40) -> list[str]:
+    return ["train", "--task", "fuzzy-logic", "--steps", str(steps), "--eval-every", "20",
+            "--quiet", "--device", "cpu", *TINY_FLAGS, "--run-dir", str(run)]  # fmt: skip
+
+
+def cli(argv: list[str], capsys) -> tuple[int, str]:
+    code = main(argv)
+    return code, capsys.readouterr().err
+
+
+def test_a_second_writer_is_refused_and_a_dead_writers_lock_is_taken_over(tmp_path) -> None:
+    run = tmp_path / "run"
+    first = run_cli(*train_flags(run, steps=100_000))
+    try:
+        deadline = time.time() + 120
+        while not list_checkpoints(run / "checkpoints") and time.time() < deadline:
+            time.sleep(0.05)
+        assert first.poll() is None, first.stderr.read()
+        for argv in (["train", "--resume", str(run), "--quiet"], train_flags(run)):
+            second = run_cli(*argv)
+            assert second.wait(timeout=120) == 2
+            message = second.stderr.read()
+            assert f"is being written by PID {first.pid} on {socket.gethostname()}" in message
+            assert "Traceback" not in message
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=60)
+    # the kernel dropped the dead process's lock: the next writer takes it over
+    trainer = Trainer.resume(run, quiet=True)
+    assert trainer.step == list_checkpoints(run / "checkpoints")[-1][0] > 0
+    with pytest.raises(RunLocked, match=f"PID {os.getpid()}"):
+        RunLock(run).acquire()
+    trainer.close()
+    RunLock(run).acquire().release()
+
+
+class StopAt(Callback):
+    """Interrupt training at a step, as Ctrl-C would."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_step(self, trainer, step, loss) -> None:
+        if step == self.step:
+            raise KeyboardInterrupt
+
+
+def test_a_torn_last_line_is_dropped_on_resume_and_a_corrupt_one_named(tmp_path) -> None:
+    whole, cut = tmp_path / "whole", tmp_path / "cut"
+    Trainer.create(whole, tiny_config(steps=40), quiet=True).train()
+    with pytest.raises(KeyboardInterrupt):  # stopped after the step-20 checkpoint
+        Trainer.create(cut, tiny_config(steps=40), quiet=True, callbacks=[StopAt(21)]).train()
+    with open(cut / "metrics.jsonl", "a") as handle:
+        handle.write('{"loss": 0.5, "split": "tr')  # the writer died mid-append
+    assert [r["step"] for r in read_jsonl(cut / "metrics.jsonl")] == [20] * 3
+    Trainer.resume(cut, quiet=True).train()
+    assert (cut / "metrics.jsonl").read_text() == (whole / "metrics.jsonl").read_text()
+
+    lines = (cut / "metrics.jsonl").read_text().splitlines()
+    lines[1] = "garbage"
+    (cut / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    with pytest.raises(ValueError, match=r"metrics.jsonl line 2 is corrupt .*delete that line"):
+        RunDirectory(cut).read_metrics()
+
+
+def test_a_run_killed_before_its_first_checkpoint_resumes_from_step_zero(tmp_path, capsys) -> None:
+    run = tmp_path / "run"
+    Trainer.create(run, tiny_config(steps=40), quiet=True).close()  # config, no checkpoint
+    (run / "metrics.jsonl").write_text('{"step": 0, "split": "train", "loss": 9.0}\n{"st')
+    code, err = cli([*train_flags(run)], capsys)
+    assert code == 2 and f"`latentlens train --resume {run}` starts it again from step 0" in err
+    code, err = cli(["train", "--resume", str(run), "--quiet", "--device", "cpu"], capsys)
+    assert code == 0, err
+    assert [s for s, _ in list_checkpoints(run / "checkpoints")] == [20, 40]
+    assert [r["step"] for r in RunDirectory(run).read_metrics()] == [20] * 3 + [40] * 3
+
+
+def test_divergence_keeps_the_last_checkpoint_good_and_resumes_with_a_lower_lr(
+    tmp_path, capsys
+) -> None:
+    run = tmp_path / "run"
+    config = tiny_config(steps=60, lr=1e4)
+    with pytest.raises(TrainingDiverged) as caught:
+        Trainer.create(run, config, quiet=True).train()
+    message = str(caught.value)
+    assert f"latentlens train --resume {run} --lr 1000" in message
+    for _, path in list_checkpoints(run / "checkpoints"):  # whatever was written is finite
+        assert all(torch.isfinite(t).all() for t in load_file(str(path)).values())
+    code, err = cli(["train", "--resume", str(run), "--lr", "1e-3", "--quiet"], capsys)
+    assert code == 0, err
+    stored = RunDirectory(run).read_config()
+    assert stored["train"]["lr"] == 1e-3
+    assert stored["history"][-1]["train"] == {"lr": [1e4, 1e-3]}
+    final = RunDirectory(run).read_metrics()[-1]
+    assert final["step"] == 60 and math.isfinite(final["loss"])
+    code, err = cli(["train", "--resume", str(run), "--steps", "80"], capsys)
+    assert code == 2 and "train.steps=80" in err
+
+
+def test_the_weights_are_checked_before_a_checkpoint_is_written(tmp_path) -> None:
+    trainer = Trainer.create(tmp_path / "run", tiny_config(steps=40), quiet=True)
+    trainer.train_step()
+    with torch.no_grad():
+        next(trainer.model.parameters()).view(-1)[0] = math.inf  # the loss need not notice
+    with pytest.raises(TrainingDiverged, match="the weights or optimiser state at step 1"):
+        trainer.evaluate_and_checkpoint()
+    trainer.close()
+    assert list_checkpoints(tmp_path / "run" / "checkpoints") == []
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("lr", math.inf), ("lr", math.nan), ("weight_decay", math.nan), ("grad_clip", math.inf),
+     ("grad_clip", math.nan), ("min_lr_ratio", math.nan), ("seed", -1), ("seed", 2**63)],
+)  # fmt: skip
+def test_non_finite_values_and_out_of_range_seeds_are_refused(field, value) -> None:
+    with pytest.raises(ValueError, match=rf"TrainConfig.{field}=.* is invalid"):
+        TrainConfig(**{field: value})
+
+
+def test_non_finite_flags_are_one_line_errors(tmp_path, capsys) -> None:
+    for flags in (["--lr", "inf"], ["--weight-decay", "nan"], ["--seed", str(2**64)]):
+        code, err = cli([*train_flags(tmp_path / "x"), *flags], capsys)
+        assert code == 2 and "is invalid" in err and "Traceback" not in err
+
+
+def test_run_dir_that_is_a_file_or_under_one(tmp_path, capsys) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    code, err = cli(train_flags(blocker), capsys)
+    assert code == 2 and f"--run-dir {blocker} is a file" in err
+    code, err = cli(train_flags(blocker / "run"), capsys)
+    assert code == 2 and f"lies under a file ({blocker})" in err
+
+
+def test_broken_config_files_are_named(tmp_path, capsys) -> None:
+    run = tmp_path / "run"
+    Trainer.create(run, tiny_config(steps=20), quiet=True).train()
+    for content in (b"\xff\xfe random", b"[1, 2]", json.dumps({"model": {}}).encode()):
+        (run / "config.json").write_bytes(content)
+        for argv in (["train", "--resume", str(run)], ["eval", str(run)]):
+            code, err = cli(argv, capsys)
+            assert code == 2 and f"{run / 'config.json'}" in err, err
