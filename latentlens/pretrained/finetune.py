@@ -301,16 +301,27 @@ def _fine_tune(
         )
     device = torch.device(device)
     run = RunDirectory(run_dir)
+    init, pretrained = MARIAN_CONDITIONS[condition]
+    train = cfg.to_dict()
+    data = {k: train.pop(k) for k in ("dataset", "dataset_config", "source_lang", "target_lang")}
     config = {
         "model_kind": "marian-mt",
-        "base": base,
         "condition": condition,
-        "train": cfg.to_dict(),
+        "model": {"base": base, "bridge": init, "pretrained": pretrained},
+        "task": {"name": "parallel-corpus", "config": data},
+        "train": train,
     }
     checkpoint = run.path / "checkpoint"
     if run.config_path.is_file() and json.loads(run.config_path.read_text()) != config:
         raise ValueError(f"{run.path} holds a different run; choose another directory")
-    tokenizer = AutoTokenizer.from_pretrained(base)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(base)
+    except (OSError, ValueError) as err:
+        raise ValueError(
+            f"--base {base} is neither a latentlens run directory nor a Hugging Face model "
+            f"that loads ({type(err).__name__}); give a finished `latentlens train` run, a "
+            "model folder, or a hub name such as Helsinki-NLP/opus-mt-de-en"
+        ) from None
     sources, targets = load_pairs(cfg, "train", cfg.train_pairs)
     steps = cfg.total_steps(len(sources))
     if checkpoint.is_dir():

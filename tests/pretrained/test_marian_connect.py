@@ -19,6 +19,7 @@ from transformers import MarianConfig, MarianMTModel, PreTrainedTokenizerFast
 
 import latentlens.pretrained.finetune as finetune
 from latentlens.cli import main
+from latentlens.figures.run_figures import run_figures
 from latentlens.pretrained.finetune import MarianFineTune, fine_tune_marian
 from latentlens.training import RunDirectory, load_tracked
 
@@ -101,6 +102,8 @@ def test_connect_runs_the_four_conditions_on_a_marian_model(setup, tmp_path, cap
     assert "model.layer_connection.weight" not in load_file(
         str(out / "unmodified-s0" / "checkpoint" / "model.safetensors")
     )
+    drawn = run_figures(out / "gca-s0", formats=("png",))  # as for latentlens's own runs
+    assert {"metrics", "routing", "tracked_routing_matrix"} <= set(drawn)
     summary = json.loads((out / "connect.json").read_text())["summary"]
     assert summary["original"]["bleu_start"] == summary["unmodified"]["bleu_start"]
 
@@ -131,8 +134,12 @@ def test_an_interrupted_fine_tune_resumes_to_the_uninterrupted_result(
         fine_tune_marian(cut, str(model_dir), "original", cfg, quiet=True)
 
 
-def test_bad_corpora_are_clear_errors(setup, tmp_path) -> None:
+def test_bad_corpora_are_clear_errors(setup, tmp_path, capsys) -> None:
     model_dir, corpus = setup
+    assert main(["connect", "--base", str(tmp_path / "nothing"), "--out", str(tmp_path)]) == 2
+    assert (
+        "is neither a latentlens run directory nor a Hugging Face model" in capsys.readouterr().err
+    )
     partial = tmp_path / "partial"
     partial.mkdir()
     (partial / "train.jsonl").write_text((corpus / "train.jsonl").read_text())
