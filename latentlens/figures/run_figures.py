@@ -47,7 +47,7 @@ def run_figures(run_dir: str | Path, formats: Sequence[str] = ("png", "svg")) ->
     written}``."""
     run = Path(run_dir)
     directory = RunDirectory(run)
-    directory.read_config()  # a clear error if this is not a run directory
+    directory.read_config(sections=())  # a clear error if this is not a run directory
     out = run / "figures"
     label = run.name
     written: dict[str, Path] = {}

@@ -30,7 +30,7 @@ def split_titles(run: str | Path) -> dict[str, str]:
     directory = RunDirectory(run)
     if not directory.config_path.is_file():
         return {}
-    task = directory.read_config().get("task")
+    task = directory.read_config(sections=("task",))["task"]
     entry = TASKS.get(task.get("name")) if isinstance(task, dict) else None
     return dict(entry[0].split_titles) if entry else {}
 

@@ -31,9 +31,9 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformer_lens.hook_points import HookPoint
 
 from latentlens.models.config import AttentionConfig
+from latentlens.models.hooked import HookPoint
 from latentlens.models.init import lecun_normal_, truncated_normal_
 from latentlens.models.position import RelativePositionBias
 from latentlens.models.validation import check_input

@@ -26,13 +26,12 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformer_lens.hook_points import HookPoint
 
 from latentlens.configs import JsonConfig, require_choice, require_positive, require_probability
 from latentlens.models.attention import Attention
 from latentlens.models.config import AttentionConfig, resolve_variant
 from latentlens.models.fusion import CONNECTIONS, FuseAttention, LayerConnection
-from latentlens.models.hooked import HookedModel
+from latentlens.models.hooked import HookedModel, HookPoint
 from latentlens.models.init import init_linear_, truncated_normal_
 from latentlens.models.transformer import MLP
 from latentlens.models.validation import check_input

@@ -7,8 +7,8 @@ import math
 
 import torch
 from torch import nn
-from transformer_lens.hook_points import HookPoint
 
+from latentlens.models.hooked import HookPoint
 from latentlens.models.init import lecun_normal_
 
 CONNECTIONS = ("none", "original", "gca", "layerwise", "uniform")

@@ -6,6 +6,30 @@ from typing import Any
 
 import torch
 from transformer_lens import ActivationCache, HookedRootModule
+from transformer_lens.hook_points import HookPoint as LensHookPoint
+
+
+class HookPoint(LensHookPoint):
+    """TransformerLens's ``HookPoint`` whose forward hooks must keep the activation's
+    shape: a hook returning a tensor of another shape raises, naming the hook, instead of
+    being broadcast silently into the rest of the pass."""
+
+    def add_hook(self, hook: Any, dir: str = "fwd", **kwargs: Any) -> None:  # noqa: A002
+        if dir != "fwd":
+            return super().add_hook(hook, dir=dir, **kwargs)
+
+        def shape_kept(tensor: torch.Tensor, hook: LensHookPoint) -> Any:
+            result = user_hook(tensor, hook=hook)
+            if isinstance(result, torch.Tensor) and result.shape != tensor.shape:
+                raise ValueError(
+                    f"the hook on {self.name} returned shape {list(result.shape)}; it must "
+                    f"return the activation's shape {list(tensor.shape)} (or None)"
+                )
+            return result
+
+        user_hook = hook
+        shape_kept.__name__ = getattr(hook, "__name__", "hook")
+        return super().add_hook(shape_kept, dir=dir, **kwargs)
 
 
 class HookedModel(HookedRootModule):

@@ -16,15 +16,14 @@ from typing import Any
 
 import torch
 from torch import nn
-from transformer_lens.hook_points import HookPoint
 
 from latentlens.configs import JsonConfig, require_choice, require_positive
 from latentlens.models.attention import ACTIVATION_FUNCTIONS
 from latentlens.models.config import ACTIVATIONS, TransformerConfig
-from latentlens.models.hooked import HookedModel
+from latentlens.models.hooked import HookedModel, HookPoint
 from latentlens.models.init import init_linear_, lecun_normal_
 from latentlens.models.transformer import DecoderTransformer
-from latentlens.models.validation import check_input
+from latentlens.models.validation import check_dtype, check_input
 
 
 @dataclass(frozen=True)
@@ -130,6 +129,7 @@ class HypernetworkTransformer(HookedModel):
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
         cfg = self.cfg
         check_input("inputs", inputs, (None, None, cfg.d_input), "[batch, N, d_x + d_output]")
+        check_dtype("inputs", inputs, self)
         if inputs.shape[1] < 2:
             raise ValueError(
                 f"inputs hold {inputs.shape[1]} token(s): an episode needs context and a query"

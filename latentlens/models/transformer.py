@@ -23,14 +23,13 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformer_lens.hook_points import HookPoint
 
 from latentlens.models.attention import Attention
 from latentlens.models.config import AttentionConfig, TransformerConfig
-from latentlens.models.hooked import HookedModel
+from latentlens.models.hooked import HookedModel, HookPoint
 from latentlens.models.init import init_linear_, truncated_normal_
 from latentlens.models.position import sinusoidal_encoding
-from latentlens.models.validation import check_input
+from latentlens.models.validation import check_dtype, check_input
 
 
 class MLP(nn.Module):
@@ -177,6 +176,7 @@ class DecoderTransformer(HookedModel):
                     f"inputs must be floating point for a model with d_input={cfg.d_input}, "
                     f"got dtype {inputs.dtype}"
                 )
+            check_dtype("inputs", inputs, self)
         if inputs.shape[1] > cfg.n_ctx:
             raise ValueError(
                 f"inputs has {inputs.shape[1]} positions (shape {list(inputs.shape)}), more "

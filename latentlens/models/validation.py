@@ -25,3 +25,18 @@ def check_input(
         raise ValueError(
             f"{name} has shape {list(shape)}, expected {layout} = {wanted} (* is any size)"
         )
+    if 0 in shape:
+        raise ValueError(
+            f"{name} is empty (shape {list(shape)}, expected {layout}): give at least one "
+            "example and one position"
+        )
+
+
+def check_dtype(name: str, tensor: torch.Tensor, model: torch.nn.Module) -> None:
+    """Raise ``ValueError`` unless floating ``tensor`` has the dtype of ``model``'s weights."""
+    weights = next(model.parameters()).dtype
+    if tensor.dtype != weights:
+        raise ValueError(
+            f"{name} is {tensor.dtype} but the model holds {weights}; pass "
+            f"{name}.to({weights}) (or convert the model with .to({tensor.dtype}))"
+        )

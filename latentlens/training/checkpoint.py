@@ -10,9 +10,11 @@ crash leaves either the old file or the new one, never half of one.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,13 +65,18 @@ def select_checkpoint(directory: Path, step: int | None = None) -> tuple[int, Pa
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` via a temporary file, fsync and rename."""
+    """Write ``data`` to ``path`` via a temporary file, fsync and rename. A failed write
+    (a full disk) removes the temporary file and leaves ``path`` as it was."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     dir_fd = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(dir_fd)
@@ -98,12 +105,24 @@ def save_checkpoint(
         "format": FORMAT,
         "step": str(step),
         "param_groups": json.dumps(optim_state["param_groups"], default=_tensor_to_number),
+        "sha256": tensors_digest(tensors),
     }
     path = checkpoint_path(directory, step)
     atomic_write_bytes(path, save(tensors, metadata=metadata))
     for _, old in list_checkpoints(directory)[:-keep]:
         old.unlink()
     return path
+
+
+def tensors_digest(tensors: dict[str, torch.Tensor]) -> str:
+    """SHA-256 over every tensor's name, dtype, shape and bytes, in name order: what a
+    checkpoint's metadata records and its loader verifies (a flipped bit anywhere fails)."""
+    digest = hashlib.sha256()
+    for name in sorted(tensors):
+        tensor = tensors[name].detach().cpu().contiguous()
+        digest.update(f"{name}|{tensor.dtype}|{tuple(tensor.shape)}|".encode())
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
 
 
 def _tensor_to_number(value: object) -> float:
@@ -131,6 +150,16 @@ def load_checkpoint(path: Path) -> Checkpoint:
             f"{path} is not a latentlens checkpoint (format "
             f"{metadata.get('format')!r}, expected {FORMAT!r})"
         )
+    named = _NAME.match(path.name)
+    try:
+        step = int(metadata["step"])
+        param_groups = json.loads(metadata["param_groups"])
+    except (KeyError, ValueError) as err:
+        raise CheckpointError(f"{path} has damaged metadata ({err}); it cannot be used") from None
+    if named and int(named.group(1)) != step:
+        raise CheckpointError(f"{path} says it is step {step}, not the step of its file name")
+    if "sha256" in metadata and tensors_digest(tensors) != metadata["sha256"]:
+        raise CheckpointError(f"{path} fails its checksum: its tensors were damaged on disk")
     model = {k[6:]: v for k, v in tensors.items() if k.startswith("model.")}
     rng = {k[4:]: v for k, v in tensors.items() if k.startswith("rng.")}
     state: dict[int, dict[str, torch.Tensor]] = {}
@@ -138,5 +167,26 @@ def load_checkpoint(path: Path) -> Checkpoint:
         if key.startswith("optim."):
             _, index, name = key.split(".", 2)
             state.setdefault(int(index), {})[name] = value
-    optimizer = {"state": state, "param_groups": json.loads(metadata["param_groups"])}
-    return Checkpoint(int(metadata["step"]), model, optimizer, rng)
+    optimizer = {"state": state, "param_groups": param_groups}
+    return Checkpoint(step, model, optimizer, rng)
+
+
+def newest_good_checkpoint(directory: Path) -> Checkpoint | None:
+    """The newest checkpoint in ``directory`` that loads and verifies, warning about each
+    newer one skipped; ``None`` when there is none at all, an error when none is good."""
+    found = list_checkpoints(directory)
+    skipped = []
+    for step, path in reversed(found):
+        try:
+            checkpoint = load_checkpoint(path)
+        except CheckpointError as err:
+            skipped.append(str(err))
+            continue
+        for reason in skipped:
+            warnings.warn(f"skipped {reason}; resuming from step {step}", stacklevel=2)
+        return checkpoint
+    if skipped:
+        raise CheckpointError(
+            f"no checkpoint in {directory} can be resumed: {'; '.join(skipped)}; start a new run"
+        )
+    return None

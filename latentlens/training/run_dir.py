@@ -88,7 +88,9 @@ class RunDirectory:
     def tracking(self) -> Path:
         return self.path / "tracking"
 
-    def read_config(self) -> dict[str, Any]:
+    def read_config(self, sections: tuple[str, ...] = ("model", "task", "train")) -> dict[str, Any]:
+        """``config.json``; a one-line error naming it when it is missing, not JSON, or
+        lacks one of ``sections`` (JSON objects; the figures need only ``task``)."""
         if not self.config_path.is_file():
             raise ValueError(f"{self.path} is not a run directory: it has no config.json")
         try:
@@ -97,19 +99,12 @@ class RunDirectory:
             raise ValueError(
                 f"{self.config_path} is corrupt ({err}); restore it, or start a new run"
             ) from None
-        missing = (
-            []
-            if not isinstance(config, dict)
-            else [
-                section
-                for section in ("model", "task", "train")
-                if not isinstance(config.get(section), dict)
-            ]
-        )
-        if not isinstance(config, dict) or missing:
+        if not isinstance(config, dict) or not all(
+            isinstance(config.get(section), dict) for section in sections
+        ):
             raise ValueError(
-                f"{self.config_path} is not a run's config (it needs the JSON objects model, "
-                "task and train); restore it, or start a new run"
+                f"{self.config_path} is not a run's config (it needs the JSON objects "
+                f"{', '.join(sections)}); restore it, or start a new run"
             )
         return config
 

@@ -41,6 +41,7 @@ from latentlens.training.checkpoint import (
     CheckpointError,
     list_checkpoints,
     load_checkpoint,
+    newest_good_checkpoint,
     save_checkpoint,
     select_checkpoint,
 )
@@ -331,7 +332,8 @@ class Trainer:
                 lock.release()
             raise
         trainer.lock = lock
-        if not found:  # nothing to keep: what it logged before dying goes with it
+        checkpoint = newest_good_checkpoint(directory.checkpoints) if found else None
+        if checkpoint is None:  # nothing to keep: what it logged before dying goes with it
             if "init_from" in stored:
                 base = stored["init_from"]
                 weights, _ = initial_weights(base["run"], stored, base["step"])
@@ -343,7 +345,6 @@ class Trainer:
                 directory.checkpoints.mkdir(parents=True, exist_ok=True)
                 directory.tracking.mkdir(parents=True, exist_ok=True)
             return trainer
-        checkpoint = load_checkpoint(found[-1][1])
         trainer.restore(checkpoint)
         if trainer.dist.is_main:
             directory.truncate_metrics(checkpoint.step)

@@ -173,3 +173,53 @@ def test_broken_config_files_are_named(tmp_path, capsys) -> None:
         for argv in (["train", "--resume", str(run)], ["eval", str(run)]):
             code, err = cli(argv, capsys)
             assert code == 2 and f"{run / 'config.json'}" in err, err
+
+
+def test_a_full_disk_leaves_no_temporary_file_and_keeps_the_last_checkpoint(
+    tmp_path, monkeypatch, capsys
+) -> None:
+    import errno
+
+    import latentlens.training.checkpoint as checkpoint
+
+    def full(fd: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    class DiskFillsAt(Callback):
+        def on_step(self, trainer, step, loss) -> None:
+            if step == 21:
+                monkeypatch.setattr(checkpoint.os, "fsync", full)
+
+    run = tmp_path / "run"
+    with pytest.raises(OSError, match="No space left"):
+        Trainer.create(run, tiny_config(steps=40), quiet=True, callbacks=[DiskFillsAt()]).train()
+    assert not [p for p in run.rglob("*") if ".tmp-" in p.name]
+    assert [s for s, _ in list_checkpoints(run / "checkpoints")] == [20]
+    monkeypatch.undo()
+    Trainer.resume(run, quiet=True).train()  # the step-20 checkpoint is whole
+    monkeypatch.setattr(checkpoint.os, "fsync", full)
+    code, err = cli(train_flags(tmp_path / "other", steps=20), capsys)
+    assert code == 1 and "No space left on device" in err and "Traceback" not in err
+    assert not [p for p in (tmp_path / "other").rglob("*") if ".tmp-" in p.name]
+
+
+def test_python_api_names_wrong_dtypes_empty_inputs_and_reshaping_hooks() -> None:
+    trainer_config = tiny_config(steps=1)
+    from latentlens.models import build_model, model_config
+
+    model = build_model("transformer", model_config("transformer", trainer_config["model"]))
+    model.eval()  # no dropout: the pass with an identity hook equals the plain one
+    n_ctx, d_input = model.cfg.n_ctx, model.cfg.d_input
+    good = torch.rand(2, n_ctx, d_input)
+    for dtype in (torch.float64, torch.float16, torch.bfloat16):
+        with pytest.raises(
+            ValueError, match=rf"inputs is {dtype} but the model holds torch.float32"
+        ):
+            model(good.to(dtype))
+    with pytest.raises(ValueError, match=r"inputs is empty \(shape \[2, 0, "):
+        model(torch.rand(2, 0, d_input))
+    name = "blocks.0.hook_resid_post"
+    with pytest.raises(ValueError, match=rf"the hook on {name} returned shape \[2, 1, 32\]"):
+        model.run_with_hooks(good, fwd_hooks=[(name, lambda t, hook: t[:, :1])])
+    kept = model.run_with_hooks(good, fwd_hooks=[(name, lambda t, hook: t * 1.0)])
+    torch.testing.assert_close(kept, model(good))

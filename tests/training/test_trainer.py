@@ -26,6 +26,7 @@ from latentlens.training import (
     Trainer,
     TrainingDiverged,
     list_checkpoints,
+    load_checkpoint,
     model_for_task,
     precision_scope,
     train_or_resume,
@@ -305,14 +306,32 @@ def test_nan_loss_stops_with_step_and_last_good_checkpoint(tmp_path: Path) -> No
     assert [s for s, _ in list_checkpoints(tmp_path / "run/checkpoints")] == [20]
 
 
-def test_corrupt_checkpoint_is_a_clear_error_and_changes_nothing(tmp_path: Path) -> None:
+def test_a_damaged_checkpoint_is_skipped_for_the_newest_good_one(tmp_path: Path) -> None:
     Trainer.create(tmp_path / "run", tiny_config(steps=40), quiet=True).train()
-    newest = list_checkpoints(tmp_path / "run/checkpoints")[-1][1]
-    newest.write_bytes(newest.read_bytes()[:100])
+    (_, older), (_, newest) = list_checkpoints(tmp_path / "run/checkpoints")
+    data = bytearray(newest.read_bytes())
+    data[-5] ^= 0x01  # one flipped bit in the tensor data, past the header
+    newest.write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match=r"step_00000040\.safetensors fails its checksum"):
+        load_checkpoint(newest)
+    with pytest.warns(UserWarning, match=r"skipped .*step_00000040.*; resuming from step 20"):
+        trainer = Trainer.resume(tmp_path / "run", quiet=True)
+    assert trainer.step == 20
+    trainer.close()
+    older.write_bytes(older.read_bytes()[:100])
     before = digest(tmp_path / "run")
-    with pytest.raises(CheckpointError, match=r"step_00000040\.safetensors is corrupt"):
+    with pytest.raises(CheckpointError, match=r"no checkpoint in .* can be resumed: .*is corrupt"):
         Trainer.resume(tmp_path / "run", quiet=True)
     assert digest(tmp_path / "run") == before
+
+
+def test_checkpoint_metadata_must_agree_with_its_file(tmp_path: Path) -> None:
+    Trainer.create(tmp_path / "run", tiny_config(steps=20), quiet=True).train()
+    ((_, path),) = list_checkpoints(tmp_path / "run/checkpoints")
+    moved = path.with_name("step_00000030.safetensors")
+    path.rename(moved)
+    with pytest.raises(CheckpointError, match=r"says it is step 20, not the step of its file"):
+        load_checkpoint(moved)
 
 
 def test_missing_checkpoint_and_occupied_run_dir(tmp_path: Path) -> None:
