@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
 from typing import Any
 
 from latentlens.configs import JsonConfig
@@ -71,4 +72,12 @@ def model_preset(kind: str, task: str, **overrides: Any) -> Any:
     elif kind == "fusion":
         raise ValueError(f"model='fusion' is for the translation task, not {task!r}")
     config_cls = MODEL_KINDS[resolve_model_kind(kind)][0]
+    known = {f.name for f in fields(config_cls)}
+    if unknown := sorted(set(overrides) - known):
+        hint = (" (--fuse and --connection belong to the translation task's encoder-decoder)"
+                if {"fuse", "connection"} & set(unknown) else "")  # fmt: skip
+        raise ValueError(
+            f"the {kind} model of {task!r} has no field(s) {unknown}{hint}; its fields: "
+            f"{sorted(known)}"
+        )
     return config_cls.preset(task, **overrides)  # type: ignore[attr-defined]

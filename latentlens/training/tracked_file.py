@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import save
 
 
@@ -36,10 +36,15 @@ def tracked_bytes(
 
 def load_tracked(path: str | Path) -> TrackedArray:
     """The steps, values ``[steps, ...]`` and axis names of one tracked array file."""
-    with safe_open(str(path), framework="pt") as handle:
-        keys = handle.keys()  # a safe_open handle is not iterable
-        stored = {key: handle.get_tensor(key) for key in keys}
-        named = (handle.metadata() or {}).get("axes")
+    try:
+        with safe_open(str(path), framework="pt") as handle:
+            keys = handle.keys()  # a safe_open handle is not iterable
+            stored = {key: handle.get_tensor(key) for key in keys}
+            named = (handle.metadata() or {}).get("axes")
+    except (SafetensorError, OSError) as err:
+        raise ValueError(
+            f"{path} is damaged ({err}); delete it (the run loses that record) or restore it"
+        ) from None
     if set(stored) != {"steps", "values"} or len(stored["steps"]) != len(stored["values"]):
         raise ValueError(
             f"{path} is not a tracked array (tensors 'steps' [n] and 'values' [n, ...])"

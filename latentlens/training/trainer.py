@@ -49,6 +49,7 @@ from latentlens.training.config import RESUME_CHANGEABLE, TrainConfig
 from latentlens.training.distributed import init_distributed
 from latentlens.training.graphs import GraphedStep
 from latentlens.training.init_from import initial_weights, load_initial_weights
+from latentlens.training.memory import check_fits
 from latentlens.training.objective import TrainingObjective, predict
 from latentlens.training.run_dir import RunDirectory
 from latentlens.training.run_lock import RunLock
@@ -174,6 +175,7 @@ class Trainer:
                 f"{self.dist.world_size} processes; use a multiple of {self.dist.world_size}"
             )
         seed = self.train_cfg.seed
+        check_fits(self.model_kind, self.model_cfg, self.train_cfg.batch_size, self.device)
         torch.manual_seed(seed)
         self.model: HookedModel = build_model(self.model_kind, self.model_cfg).to(self.device)
         if self.dist.rank > 0:
@@ -382,11 +384,17 @@ class Trainer:
             ) from None
         for group in self.optimizer.param_groups:
             group["lr"] = self.lr
-        self.data_generator.set_state(checkpoint.rng["data"].to(torch.uint8))
         suffix = f"@{self.dist.rank}" if self.dist.rank else ""
-        if "torch" + suffix in checkpoint.rng:
-            torch.set_rng_state(checkpoint.rng["torch" + suffix])
-        else:
+        try:
+            self.data_generator.set_state(checkpoint.rng["data"].to(torch.uint8))
+            if "torch" + suffix in checkpoint.rng:
+                torch.set_rng_state(checkpoint.rng["torch" + suffix])
+        except (KeyError, RuntimeError) as err:
+            raise CheckpointError(
+                f"the checkpoint of step {checkpoint.step} holds an RNG state that does not "
+                f"fit ({err}); resume from an earlier checkpoint"
+            ) from None
+        if "torch" + suffix not in checkpoint.rng:
             warnings.warn(
                 f"the checkpoint of step {checkpoint.step} has no RNG state for rank "
                 f"{self.dist.rank} (it was written by fewer processes); this rank's dropout "

@@ -19,11 +19,13 @@ from safetensors.torch import load_file
 from latentlens.cli import main
 from latentlens.training import (
     Callback,
+    CheckpointError,
     RunDirectory,
     TrainConfig,
     Trainer,
     TrainingDiverged,
     list_checkpoints,
+    load_checkpoint,
 )
 from latentlens.training.run_dir import read_jsonl
 from latentlens.training.run_lock import RunLock, RunLocked
@@ -223,3 +225,44 @@ def test_python_api_names_wrong_dtypes_empty_inputs_and_reshaping_hooks() -> Non
         model.run_with_hooks(good, fwd_hooks=[(name, lambda t, hook: t[:, :1])])
     kept = model.run_with_hooks(good, fwd_hooks=[(name, lambda t, hook: t * 1.0)])
     torch.testing.assert_close(kept, model(good))
+
+
+def test_former_tracebacks_are_one_line_errors(tmp_path, capsys) -> None:
+    code, err = cli([*train_flags(tmp_path / "a"), "--fuse", "both"], capsys)
+    assert code == 2 and "--fuse and --connection belong to the translation task" in err
+    bad = tmp_path / "config.json"
+    bad.write_text(json.dumps({"model": {"bogus": 1}}))
+    code, err = cli([*train_flags(tmp_path / "b"), "--config", str(bad)], capsys)
+    assert code == 2 and "has no field(s) ['bogus']" in err
+    huge = ["--d-model", "65536", "--d-mlp", "1000000"]
+    code, err = cli([*train_flags(tmp_path / "c"), *huge], capsys)
+    assert code == 2 and "the model does not fit: 262,151,570,737 parameters" in err
+    assert not (tmp_path / "c").exists()
+
+
+def test_damaged_tracking_files_and_rng_states_are_named(tmp_path, capsys) -> None:
+    run = tmp_path / "run"
+    flags = [*train_flags(run), "--track", "blocks.0.attn.hook_pattern"]
+    assert cli(flags, capsys)[0] == 0
+    tracked = run / "tracking" / "blocks.0.attn.hook_pattern.safetensors"
+    for checkpoint in list_checkpoints(run / "checkpoints")[1:]:
+        checkpoint[1].unlink()  # resume from step 20
+    tracked.write_bytes(b"\x00" * 40)
+    code, err = cli(["train", "--resume", str(run), "--quiet"], capsys)
+    assert code == 2 and f"{tracked} is damaged" in err and "delete it" in err
+    trainer = Trainer.load(run)
+    state = load_checkpoint(list_checkpoints(run / "checkpoints")[-1][1])
+    state.rng["data"] = torch.zeros(3, dtype=torch.uint8)
+    with pytest.raises(CheckpointError, match="holds an RNG state that does not fit"):
+        trainer.restore(state)
+
+
+def test_the_sigkill_trial_script_finds_every_resume_bit_exact(tmp_path, capsys) -> None:
+    import importlib.util
+
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "sigkill_trials.py"
+    spec = importlib.util.spec_from_file_location("sigkill_trials", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.main(["--trials", "2", "--seed", "3", "--out", str(tmp_path)]) == 0
+    assert "2 trials, 2 bit-exact" in capsys.readouterr().out
