@@ -266,3 +266,47 @@ def test_the_sigkill_trial_script_finds_every_resume_bit_exact(tmp_path, capsys)
     spec.loader.exec_module(module)
     assert module.main(["--trials", "2", "--seed", "3", "--out", str(tmp_path)]) == 0
     assert "2 trials, 2 bit-exact" in capsys.readouterr().out
+
+
+def test_files_of_random_bytes_and_damaged_metadata_are_named(tmp_path, capsys) -> None:
+    from safetensors.torch import save_file
+
+    from latentlens.training.checkpoint import FORMAT
+
+    run = tmp_path / "run"
+    assert cli(train_flags(run, steps=20), capsys)[0] == 0
+    (run / "metrics.jsonl").write_bytes(b"\xff\xfe\x00garbage\n")
+    code, err = cli(["figures", str(run)], capsys)
+    assert code == 2 and f"{run / 'metrics.jsonl'} is not text" in err
+    path = run / "checkpoints" / "step_00000020.safetensors"
+    for metadata in ({"format": FORMAT, "step": "twenty", "param_groups": "[]"},
+                     {"format": FORMAT, "step": "20", "param_groups": "{not json"}):  # fmt: skip
+        save_file({"model.w": torch.zeros(1)}, str(path), metadata=metadata)
+        with pytest.raises(CheckpointError, match=rf"{path.name} has damaged metadata"):
+            load_checkpoint(path)
+
+
+def test_a_read_only_file_system_and_unexpected_errors_are_one_line(
+    tmp_path, monkeypatch, capsys
+) -> None:
+    import errno
+
+    def read_only(self, *args, **kwargs):
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(Path, "mkdir", read_only)
+        code, err = cli(train_flags(tmp_path / "ro"), capsys)
+    assert code == 2 and "cannot be created (Read-only file system)" in err
+
+    import latentlens.cli_training as cli_training
+
+    def broken(args):
+        raise RuntimeError("something nobody foresaw")
+
+    monkeypatch.setattr(cli_training, "run_eval", broken)
+    code, err = cli(["eval", str(tmp_path)], capsys)
+    assert code == 1 and "unexpected error: RuntimeError: something nobody foresaw" in err
+    assert "latentlens --debug" in err and "Traceback" not in err
+    with pytest.raises(RuntimeError, match="nobody foresaw"):
+        main(["--debug", "eval", str(tmp_path)])
