@@ -46,7 +46,7 @@ from reproduction import (  # noqa: E402
     sraven_section,
     translation_section,
 )
-from reproduction.runs import default_jobs, train_all  # noqa: E402
+from reproduction.runs import default_jobs, finished, train_all  # noqa: E402
 
 from latentlens import __version__  # noqa: E402
 
@@ -60,7 +60,7 @@ EXPERIMENTS: dict[str, ModuleType] = {
 SIZES = ("cpu", "gpu", "tiny")
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", default="cpu", choices=SIZES)
     parser.add_argument("--only", nargs="*", choices=list(EXPERIMENTS), default=None)
@@ -70,6 +70,14 @@ def main(argv: list[str] | None = None) -> None:
                         help="runs trained at once (default: one per CPU core on a CPU, "
                              "1 on a GPU)")  # fmt: skip
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument(
+        "--plan",
+        action="store_true",
+        help="print the runs and estimated device minutes, train nothing",
+    )
+    parser.add_argument("--time-budget", type=float, metavar="SECONDS",
+                        help="stop (runs checkpointed, exit code 3) before this much wall "
+                             "time; the same command continues")  # fmt: skip
     parser.add_argument("--results", type=Path, default=Path("docs/RESULTS.md"))
     args = parser.parse_args(argv)
     if args.seeds < 1:
@@ -84,9 +92,21 @@ def main(argv: list[str] | None = None) -> None:
 
     specs = {name: EXPERIMENTS[name].plan(args.size, args.seeds, out / name) for name in names}
     every = list({spec.path: spec for name in names for spec in specs[name]}.values())
+    print("\n".join(plan_lines(specs, args.size, jobs)), flush=True)
+    if args.plan:
+        return 0
     print(f"training {len(every)} runs ({args.size}), {jobs} at a time ...", flush=True)
-    timings = train_all(every, out, args.device, jobs)
+    deadline = None if args.time_budget is None else time.time() + args.time_budget
+    timings = train_all(every, out, args.device, jobs, deadline)
     trained_s = time.perf_counter() - start
+    unfinished = [spec for spec in every if not finished(spec)]
+    if unfinished:
+        print(
+            f"--time-budget: {len(unfinished)} of {len(every)} runs are not finished (each "
+            "checkpointed); run the same command again to continue",
+            file=sys.stderr,
+        )
+        return 3
 
     sections = []
     for name in names:
@@ -126,6 +146,40 @@ def main(argv: list[str] | None = None) -> None:
         text = "\n".join(header) + "\n\n" + "\n\n".join(sections) + "\n"
     args.results.write_text(text)
     print(f"wrote {args.results} ({wall / 60:.1f} min)")
+    return 0
+
+
+# Graphed, compiled single-run training steps per second on an H100 (README / docs
+# benchmarks, torch 2.11; the slowest variant of each task); tasks not timed there: None.
+H100_STEPS_PER_SECOND = {"fuzzy-logic": 1484.0, "sraven": 438.0}
+
+
+def plan_lines(specs: dict[str, list], size: str, jobs: int) -> list[str]:
+    """Per experiment: its runs, their steps and, at the GPU size, the device minutes the
+    H100 throughput gives them (one run at a time)."""
+    lines = [f"plan ({size}, {jobs} run(s) at a time):"]
+    total = 0.0
+    for name, runs in specs.items():
+        steps = sum(spec.config["train"]["steps"] for spec in runs)
+        estimate = ""
+        if size == "gpu":
+            rates = [H100_STEPS_PER_SECOND.get(s.config["task"]["name"]) for s in runs]
+            if all(rates):
+                minutes = (
+                    sum(
+                        s.config["train"]["steps"] / rate
+                        for s, rate in zip(runs, rates, strict=True)
+                    )
+                    / 60
+                )
+                total += minutes
+                estimate = f", about {minutes:.0f} device minutes"
+            else:
+                estimate = ", device minutes unknown (task not timed on a GPU yet)"
+        lines.append(f"  {name}: {len(runs)} runs, {steps:,} steps{estimate}")
+    if size == "gpu":
+        lines.append(f"  timed sections: about {total:.0f} device minutes in all")
+    return lines
 
 
 def replace_sections(text: str, sections: list[str], command: str) -> str:
@@ -147,4 +201,4 @@ def replace_sections(text: str, sections: list[str], command: str) -> str:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

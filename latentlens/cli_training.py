@@ -127,6 +127,13 @@ def add_train_parser(commands: argparse._SubParsersAction) -> None:
         action="store_true",
         help="capture the whole train step (data, forward, backward, AdamW) in one CUDA graph",
     )
+    train.add_argument(
+        "--time-budget",
+        type=float,
+        metavar="SECONDS",
+        help="checkpoint and stop before this much wall time has passed (exit code 3); the "
+        "same command then continues the run, so a series of short commands finishes it",
+    )
     train.add_argument("--quiet", action="store_true", help="no progress bar")
     train.add_argument(
         "--track",
@@ -253,8 +260,14 @@ def run_train(args: argparse.Namespace) -> int:
     from latentlens.probes import tracking_callbacks
 
     runtime: dict[str, Any] = dict(
-        device=args.device, quiet=args.quiet, compile=args.compile, cuda_graphs=args.cuda_graphs
+        device=args.device,
+        quiet=args.quiet,
+        compile=args.compile,
+        cuda_graphs=args.cuda_graphs,
+        time_budget=args.time_budget,
     )
+    if args.time_budget is not None and not args.time_budget > 0:
+        raise ValueError(f"--time-budget {args.time_budget} is invalid: give seconds > 0")
     try:
         if args.seeds and (args.resume or args.seed is not None):
             raise ValueError("--seeds starts new runs: drop --seed and --resume")
@@ -289,12 +302,18 @@ def run_train(args: argparse.Namespace) -> int:
                 configs = seed_configs(config, args.seeds)
                 runs = [f"{base}-s{seed}" for seed in args.seeds]
                 callbacks = [tracking_callbacks(c) for c in configs]
-                trainer = SeedGroup.create(runs, configs, callbacks, **runtime)
+                if args.time_budget is not None and all(map(continues, runs, configs)):
+                    trainer = SeedGroup.resume(runs, callbacks, **runtime)
+                else:
+                    trainer = SeedGroup.create(runs, configs, callbacks, **runtime)
             else:
                 seed = config["train"]["seed"]
                 run_dir = args.run_dir or f"runs/{args.task}-{kind}{args.attention}-s{seed}"
                 runtime["callbacks"] = tracking_callbacks(config)
-                trainer = Trainer.create(run_dir, config, init_from=args.init_from, **runtime)
+                if args.time_budget is not None and continues(run_dir, config):
+                    trainer = Trainer.resume(run_dir, **runtime)
+                else:
+                    trainer = Trainer.create(run_dir, config, init_from=args.init_from, **runtime)
         try:
             if isinstance(trainer, SeedGroup):
                 trainers = trainer.trainers
@@ -310,12 +329,38 @@ def run_train(args: argparse.Namespace) -> int:
         raise ValueError(str(err)) from None
     finally:
         shutdown_distributed()
+    stopped = [one for one, _ in finished if one.stopped_at is not None]
+    if stopped:
+        runs = " ".join(str(one.run_dir.path) for one in stopped)
+        print(
+            f"latentlens train: stopped at step {stopped[0].stopped_at} of "
+            f"{stopped[0].train_cfg.steps} for --time-budget ({runs}, checkpointed); run the "
+            "same command again to continue",
+            file=sys.stderr,
+        )
+        return 3
     for one, records in finished:
         if one.dist.is_main:
             print(f"run directory: {one.run_dir.path}")
             print_table(records)
     print_seed_summary([records for _, records in finished])
     return 0
+
+
+def continues(run_dir: str, config: dict[str, Any]) -> bool:
+    """Whether ``run_dir`` holds an unfinished run of ``config`` (so that the command that
+    started it, given a time budget, continues it)."""
+    directory = RunDirectory(run_dir)
+    if not directory.config_path.is_file():
+        return False
+    stored = directory.read_config()
+    same = all(stored.get(k) == config.get(k) for k in ("model_kind", "model", "task", "train"))
+    if not same:
+        raise ValueError(
+            f"{directory.path} holds a different run; the same command continues a run, "
+            "so choose another --run-dir for this one"
+        )
+    return True
 
 
 def interrupted_message(trainers: list[Trainer]) -> str:

@@ -134,3 +134,23 @@ def test_bad_arguments(reproduce) -> None:
         reproduce.main(["--only", "chess"])
     with pytest.raises(SystemExit):
         reproduce.main(["--jobs", "-1"])
+
+
+def test_the_gpu_plan_is_printed_without_training(reproduce, tmp_path: Path, capsys) -> None:
+    args = ["--size", "gpu", "--plan", "--seeds", "3", "--out", str(tmp_path / "runs")]
+    assert reproduce.main(args) == 0
+    printed = capsys.readouterr().out
+    for name in reproduce.EXPERIMENTS:
+        assert f"  {name}: " in printed
+    assert "sraven: 45 runs, 7,031,250 steps, about 268 device minutes" in printed
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_time_budget_leaves_runs_for_the_next_call(reproduce, tmp_path: Path, capsys) -> None:
+    out, results = tmp_path / "runs", tmp_path / "RESULTS.md"
+    args = ["--size", "tiny", "--seeds", "1", "--device", "cpu", "--jobs", "1", "--only",
+            "fuzzy-logic", "--out", str(out), "--results", str(results)]  # fmt: skip
+    assert reproduce.main([*args, "--time-budget", "1"]) == 3  # too little to start a run
+    assert "run the same command again" in capsys.readouterr().err
+    assert not results.exists()
+    assert reproduce.main(args) == 0 and results.is_file()

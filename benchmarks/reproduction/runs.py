@@ -48,6 +48,12 @@ class RunSpec:
 class Runtime:
     device: str
     threads: int
+    deadline: float | None = None  # time.time() by which every worker has checkpointed
+
+
+# A run's fate in one invocation: trained to its end, found finished, or left unfinished
+# (stopped or not started) by the time budget.
+TRAINED, FOUND, UNFINISHED = "trained", "found finished", "left for the next call"
 
 
 def finished(spec: RunSpec) -> bool:
@@ -60,10 +66,13 @@ def _probed(spec: RunSpec) -> bool:
     return (spec.path / "probes" / "results.json").is_file()
 
 
-def train_one(spec: RunSpec, runtime: Runtime) -> float | None:
-    """Train (and probe) ``spec``; the seconds it took, ``None`` if nothing was left to do."""
+def train_one(spec: RunSpec, runtime: Runtime) -> tuple[str, float | None]:
+    """Train (and probe) ``spec`` within the time budget: its fate and the seconds it took."""
     if finished(spec) and (not spec.probe_examples or _probed(spec)):
-        return None
+        return FOUND, None
+    budget = None if runtime.deadline is None else runtime.deadline - time.time()
+    if budget is not None and budget < MINIMUM_SLICE:
+        return UNFINISHED, None
     torch.set_num_threads(runtime.threads)
     start = time.perf_counter()
     cuda = resolve_device(runtime.device).type == "cuda"
@@ -76,10 +85,17 @@ def train_one(spec: RunSpec, runtime: Runtime) -> float | None:
         quiet=True,
         # the SVD of modular-icl's teacher norm syncs with the host: it cannot be captured
         cuda_graphs=cuda and spec.config["task"]["name"] != "modular-icl",
+        time_budget=budget,
     )
+    if not finished(spec):
+        return UNFINISHED, time.perf_counter() - start
     if spec.probe_examples:
         probe_run(spec.path, spec.probe_examples, device=runtime.device, quiet=True)
-    return time.perf_counter() - start
+    return TRAINED, time.perf_counter() - start
+
+
+# Below this many seconds left a run is not started: start-up alone would take most of it.
+MINIMUM_SLICE = 20.0
 
 
 def default_jobs(device: str) -> int:
@@ -87,16 +103,19 @@ def default_jobs(device: str) -> int:
     return 1 if resolve_device(device).type == "cuda" else max(os.cpu_count() or 1, 1)
 
 
-def train_all(specs: Sequence[RunSpec], out: Path, device: str, jobs: int) -> dict[str, float]:
-    """Bring every spec to its last step, ``jobs`` processes at a time; returns (and keeps
-    in ``out/timings.json``) the training seconds of every run, by path relative to ``out``,
-    including those recorded when an earlier invocation trained them."""
+def train_all(
+    specs: Sequence[RunSpec], out: Path, device: str, jobs: int, deadline: float | None = None
+) -> dict[str, float]:
+    """Bring every spec to its last step, ``jobs`` processes at a time, or as far as
+    ``deadline`` (a ``time.time()``) allows; returns (and keeps in ``out/timings.json``) the
+    training seconds of every finished run, by path relative to ``out``, including those
+    recorded when an earlier invocation trained them (an unfinished run's slices add up)."""
     if jobs < 1:
         raise ValueError(f"jobs={jobs}: at least one job is needed")
     timings_file = out / TIMINGS
     timings = json.loads(timings_file.read_text()) if timings_file.is_file() else {}
     threads = max((os.cpu_count() or 1) // jobs, 1) if jobs > 1 else torch.get_num_threads()
-    runtime = Runtime(device, threads)
+    runtime = Runtime(device, threads, deadline)
     unique = list({spec.path: spec for spec in specs}.values())  # experiments share bases
     bases = {spec.init_from for spec in unique}
     # runs others start from, then the rest: a fine-tune needs its base finished
@@ -114,14 +133,18 @@ def train_all(specs: Sequence[RunSpec], out: Path, device: str, jobs: int) -> di
 
 
 def record(timings: dict[str, float], path: Path, names: list[str], results) -> None:
-    """Store each finished run's seconds as it arrives (a killed invocation keeps them)."""
-    for name, seconds in zip(names, results, strict=True):
+    """Store each run's seconds as it arrives (a killed invocation keeps them); the slices
+    of a run trained over several calls add up."""
+    for name, (fate, seconds) in zip(names, results, strict=True):
         if seconds is not None:
-            timings[name] = round(seconds, 1)
+            timings[name] = round(timings.get(f"{name} (partial)", 0.0) + seconds, 1)
+            timings.pop(f"{name} (partial)", None)
+            if fate == UNFINISHED:
+                timings[f"{name} (partial)"] = timings.pop(name)
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(timings, indent=1, sort_keys=True) + "\n")
-        print(f"  {name}: " + ("found finished" if seconds is None else f"{seconds:.0f} s"),
-              flush=True)  # fmt: skip
+        shown = fate if seconds is None else f"{fate}, {seconds:.0f} s"
+        print(f"  {name}: {shown}", flush=True)
 
 
 def metrics_at_end(run: Path) -> dict[str, dict[str, float]]:

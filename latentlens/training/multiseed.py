@@ -43,6 +43,7 @@ from latentlens.training.run_dir import RunDirectory
 from latentlens.training.trainer import (
     LOG_EVERY,
     NO_BAD_STEP,
+    BudgetClock,
     Trainer,
     check_cuda_options,
     precision_scope,
@@ -292,6 +293,7 @@ class SeedGroup:
             for trainer in self.trainers:
                 for callback in trainer.callbacks:
                     callback.on_start(trainer)
+        clock = BudgetClock(self.trainers[0].time_budget, self.step)
         bar = tqdm(total=cfg.steps, initial=self.step, disable=quiet,
                    desc=f"train {seeds} seeds", dynamic_ncols=True)  # fmt: skip
         with bar:
@@ -311,8 +313,18 @@ class SeedGroup:
                     running, count = torch.zeros_like(running), 0
                 bar.update(1)
                 if at_eval:
-                    self.sync()
-                    last = [t.evaluate_and_checkpoint() for t in self.trainers]
+                    with clock.timing_checkpoint():
+                        self.sync()
+                        last = [t.evaluate_and_checkpoint() for t in self.trainers]
+                checks = clock.budget is not None and (at_eval or self.step % LOG_EVERY == 0)
+                if checks and self.step < cfg.steps and clock.spent(self.step):
+                    if not at_eval:
+                        self.sync()
+                        for trainer in self.trainers:
+                            trainer.checkpoint(evaluate=False)
+                    for trainer in self.trainers:
+                        trainer.stopped_at = self.step
+                    return last
         self.sync()
         for trainer in self.trainers:
             for callback in trainer.callbacks:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import time
 import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -160,6 +161,7 @@ class Trainer:
         compile: bool = False,
         cuda_graphs: bool = False,
         callbacks: Sequence[Callback] = (),
+        time_budget: float | None = None,
     ) -> None:
         self.run_dir = run_dir
         self.config = config
@@ -214,6 +216,8 @@ class Trainer:
         )
         self.step = 0
         self.lock: RunLock | None = None
+        self.time_budget = time_budget
+        self.stopped_at: int | None = None  # the step a time budget stopped training at
 
     def track_recorders(self, callbacks: Sequence[Callback]) -> list[ActivationRecorder]:
         """The recorder of the hooks ``train.track`` names, on a fixed batch of the task's
@@ -454,6 +458,7 @@ class Trainer:
         bar = tqdm(
             total=cfg.steps, initial=self.step, disable=self.quiet, desc="train", dynamic_ncols=True
         )
+        clock = BudgetClock(self.time_budget, self.step)
         with bar:
             while self.step < cfg.steps:
                 loss = self.train_step()
@@ -469,11 +474,23 @@ class Trainer:
                     running, count = torch.zeros_like(running), 0
                 bar.update(1)
                 if at_eval:
-                    last_records = self.evaluate_and_checkpoint()
+                    with clock.timing_checkpoint():
+                        last_records = self.evaluate_and_checkpoint()
                     bar.set_postfix_str(_summary(last_records))
+                checks = clock.budget is not None and (at_eval or self.step % LOG_EVERY == 0)
+                if checks and self.step < cfg.steps and self.budget_spent(clock):
+                    if not at_eval:
+                        self.checkpoint(evaluate=False)
+                    self.stopped_at = self.step
+                    return last_records
         for callback in self.callbacks:
             callback.on_end(self)
         return last_records
+
+    def budget_spent(self, clock: BudgetClock) -> bool:
+        """Whether any rank's clock says the time budget is spent (a collective)."""
+        left = torch.tensor(int(not clock.spent(self.step)), device=self.device)
+        return int(self.dist.minimum(left)) == 0
 
     def check_finite(self, first_bad: torch.Tensor) -> None:
         bad_step = int(self.dist.minimum(first_bad))
@@ -506,6 +523,12 @@ class Trainer:
 
     def evaluate_and_checkpoint(self) -> list[dict[str, Any]]:
         """Evaluate, log and checkpoint (rank 0; the other ranks only send RNG states)."""
+        return self.checkpoint(evaluate=True)
+
+    def checkpoint(self, evaluate: bool) -> list[dict[str, Any]]:
+        """Write the checkpoint of this step, after an evaluation (logged, with the
+        callbacks' ``on_eval``) or without one (a stop for the time budget, which leaves
+        the logs as an uninterrupted run's)."""
         own = {"torch": torch.get_rng_state()}
         if self.device.type == "cuda":
             own["cuda"] = torch.cuda.get_rng_state(self.device)
@@ -513,13 +536,16 @@ class Trainer:
         self.check_state_finite()
         if not self.dist.is_main:
             return []
-        splits = self.task.eval_splits
-        records = [{"step": self.step, "split": s, **self.evaluate(s)} for s in splits]
-        self.run_dir.append_metrics(records)
+        records = []
+        if evaluate:
+            records = [
+                {"step": self.step, "split": s, **self.evaluate(s)} for s in self.task.eval_splits
+            ]
+            self.run_dir.append_metrics(records)
         rng = {"data": self.data_generator.get_state()}
         for rank, states in enumerate(every_rank):
             rng.update({key + (f"@{rank}" if rank else ""): v for key, v in states.items()})
-        for callback in self.callbacks:
+        for callback in self.callbacks if evaluate else ():
             callback.on_eval(self, self.step, records)
         save_checkpoint(
             self.run_dir.checkpoints,
@@ -566,6 +592,31 @@ def _summary(records: list[dict[str, Any]]) -> str:
         metric = next((k for k in ("r2", "accuracy") if k in record), "loss")
         parts.append(f"{record['split']} {metric} {record[metric]:.3f}")
     return ", ".join(parts)
+
+
+class BudgetClock:
+    """When a wall-time budget (seconds from this object's creation) is spent: before the
+    next stretch of steps and a checkpoint would overrun it, judged from the pace so far
+    and the slowest evaluation and checkpoint seen."""
+
+    def __init__(self, budget: float | None, step: int) -> None:
+        self.budget, self.first_step = budget, step
+        self.start = time.monotonic()
+        self.slowest_checkpoint = 0.0
+
+    @contextlib.contextmanager
+    def timing_checkpoint(self) -> Iterator[None]:
+        began = time.monotonic()
+        yield
+        self.slowest_checkpoint = max(self.slowest_checkpoint, time.monotonic() - began)
+
+    def spent(self, step: int) -> bool:
+        if self.budget is None:
+            return False
+        elapsed = time.monotonic() - self.start
+        per_step = elapsed / max(step - self.first_step, 1)
+        reserve = LOG_EVERY * per_step + 2 * self.slowest_checkpoint
+        return elapsed + reserve > self.budget
 
 
 def amended_config(config: dict[str, Any], changes: dict[str, Any], step: int) -> dict[str, Any]:

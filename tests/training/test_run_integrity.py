@@ -310,3 +310,27 @@ def test_a_read_only_file_system_and_unexpected_errors_are_one_line(
     assert "latentlens --debug" in err and "Traceback" not in err
     with pytest.raises(RuntimeError, match="nobody foresaw"):
         main(["--debug", "eval", str(tmp_path)])
+
+
+def test_a_time_budget_stops_cleanly_and_the_same_command_finishes_the_run(
+    tmp_path, capsys
+) -> None:
+    whole, sliced = tmp_path / "whole", tmp_path / "sliced"
+    flags = train_flags(whole, steps=400)
+    flags[flags.index("--eval-every") + 1] = "100"
+    assert cli(flags, capsys)[0] == 0
+    command = [*flags[:-1], str(sliced), "--time-budget", "1.5"]
+    codes = []
+    for _ in range(20):
+        code, err = cli(command, capsys)
+        codes.append(code)
+        if code != 3:
+            break
+        assert "for --time-budget" in err and "run the same command again" in err
+    assert codes[-1] == 0 and codes.count(3) >= 1, codes
+    assert (sliced / "metrics.jsonl").read_text() == (whole / "metrics.jsonl").read_text()
+    ours = load_file(str(list_checkpoints(sliced / "checkpoints")[-1][1]))
+    theirs = load_file(str(list_checkpoints(whole / "checkpoints")[-1][1]))
+    assert all(torch.equal(ours[k], theirs[k]) for k in theirs)
+    code, err = cli([*flags[:-1], str(sliced), "--time-budget", "0"], capsys)
+    assert code == 2 and "--time-budget 0.0 is invalid" in err
