@@ -334,3 +334,21 @@ def test_a_time_budget_stops_cleanly_and_the_same_command_finishes_the_run(
     assert all(torch.equal(ours[k], theirs[k]) for k in theirs)
     code, err = cli([*flags[:-1], str(sliced), "--time-budget", "0"], capsys)
     assert code == 2 and "--time-budget 0.0 is invalid" in err
+
+
+def test_a_time_budget_slices_a_seed_group_too(tmp_path, capsys) -> None:
+    def flags(base: Path) -> list[str]:
+        run = train_flags(base, steps=300)
+        run[run.index("--eval-every") + 1] = "100"
+        return [*run, "--seeds", "0", "1"]
+
+    assert cli(flags(tmp_path / "whole"), capsys)[0] == 0
+    codes = []
+    for _ in range(20):
+        codes.append(cli([*flags(tmp_path / "sliced"), "--time-budget", "1.5"], capsys)[0])
+        if codes[-1] != 3:
+            break
+    assert codes[-1] == 0 and 3 in codes, codes
+    for seed in (0, 1):
+        whole, sliced = tmp_path / f"whole-s{seed}", tmp_path / f"sliced-s{seed}"
+        assert (sliced / "metrics.jsonl").read_text() == (whole / "metrics.jsonl").read_text()
