@@ -316,10 +316,11 @@ def test_a_time_budget_stops_cleanly_and_the_same_command_finishes_the_run(
     tmp_path, capsys
 ) -> None:
     whole, sliced = tmp_path / "whole", tmp_path / "sliced"
-    flags = train_flags(whole, steps=400)
+    flags = train_flags(whole, steps=200)
     flags[flags.index("--eval-every") + 1] = "100"
     assert cli(flags, capsys)[0] == 0
-    command = [*flags[:-1], str(sliced), "--time-budget", "1.5"]
+    # 0.3 s of training a call: far less than 200 steps take on any CPU
+    command = [*flags[:-1], str(sliced), "--time-budget", "0.3"]
     codes = []
     for _ in range(20):
         code, err = cli(command, capsys)
@@ -338,14 +339,14 @@ def test_a_time_budget_stops_cleanly_and_the_same_command_finishes_the_run(
 
 def test_a_time_budget_slices_a_seed_group_too(tmp_path, capsys) -> None:
     def flags(base: Path) -> list[str]:
-        run = train_flags(base, steps=300)
+        run = train_flags(base, steps=200)
         run[run.index("--eval-every") + 1] = "100"
         return [*run, "--seeds", "0", "1"]
 
     assert cli(flags(tmp_path / "whole"), capsys)[0] == 0
     codes = []
     for _ in range(20):
-        codes.append(cli([*flags(tmp_path / "sliced"), "--time-budget", "1.5"], capsys)[0])
+        codes.append(cli([*flags(tmp_path / "sliced"), "--time-budget", "0.3"], capsys)[0])
         if codes[-1] != 3:
             break
     assert codes[-1] == 0 and 3 in codes, codes
