@@ -12,6 +12,7 @@ import torch
 from latentlens import __version__
 from latentlens.cli_analysis import add_analysis_parsers
 from latentlens.cli_connect import add_connect_parser
+from latentlens.cli_sweep import add_sweep_parser
 from latentlens.cli_training import MODEL_CHOICES, add_eval_parser, add_train_parser
 from latentlens.devices import DEVICE_CHOICES, resolve_device
 from latentlens.models import VARIANTS, build_model, canonical_kind, hook_axes
@@ -69,6 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_train_parser(commands)
     add_eval_parser(commands)
     add_connect_parser(commands)
+    add_sweep_parser(commands)
     add_analysis_parsers(commands)
     return parser
 
@@ -128,8 +130,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as err:
         print(f"latentlens {args.command}: error: {err}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print(f"latentlens {args.command}: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as err:
+        detail = f"; {err}" if str(err) else ""
+        print(f"latentlens {args.command}: interrupted{detail}", file=sys.stderr)
         return 130  # the shell's code for a command stopped by Ctrl-C (SIGINT)
     except BrokenPipeError:
         # The reader went away (``latentlens inspect | head``): stop quietly, and point

@@ -1,0 +1,165 @@
+"""Run a sweep's cells on Ray: a local instance started in-process by default, or a
+cluster by address. One CPU core (or one GPU) per run, by Ray's resource accounting. Each
+cell is an ordinary run directory ``OUT/<cell>``: finished cells are skipped, interrupted
+ones resumed from their checkpoints, a crashed cell is reported without stopping the
+others, and a worker that dies is retried once (resuming from its checkpoint).
+``OUT/sweep.json`` holds every cell's state, which ``latentlens sweep --status`` reads.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from latentlens.sweep.spec import Cell, SweepSpec
+from latentlens.training.checkpoint import atomic_write_bytes
+
+STATUS_FILE = "sweep.json"
+PROGRESS_EVERY = 30.0  # seconds between lines about the running cells
+
+
+def require_ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise ValueError(
+            'latentlens sweep runs on Ray, which is not installed: pip install "latentlens[sweep]"'
+        ) from None
+    return ray
+
+
+def train_cell(path: str, config: dict[str, Any], device: str) -> dict[str, Any]:
+    """Bring one cell's run to its last step (in a Ray worker); its final metrics."""
+    import torch
+
+    from latentlens.probes import tracking_callbacks
+    from latentlens.training import RunDirectory, train_or_resume
+
+    torch.set_num_threads(1)  # Ray gave this run one core
+    train_or_resume(path, config, tracking_callbacks(config), device=device, quiet=True)
+    records = RunDirectory(path).read_metrics()
+    last = records[-1]["step"]
+    return {r["split"]: {k: v for k, v in r.items() if k not in ("step", "split")}
+            for r in records if r["step"] == last}  # fmt: skip
+
+
+def cell_finished(path: Path, config: dict[str, Any]) -> bool:
+    from latentlens.training import RunDirectory, list_checkpoints
+
+    found = list_checkpoints(RunDirectory(path).checkpoints)
+    return bool(found) and found[-1][0] >= config["train"]["steps"]
+
+
+def write_status(out: Path, states: dict[str, dict[str, Any]]) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    text = json.dumps({"cells": states}, indent=1, sort_keys=True) + "\n"
+    atomic_write_bytes(out / STATUS_FILE, text.encode())
+
+
+def live_step(out: Path, name: str) -> int | None:
+    """The newest evaluated step of a cell's run directory (None before its first)."""
+    from latentlens.training.run_dir import read_jsonl
+
+    records = read_jsonl(out / name / "metrics.jsonl")
+    return records[-1]["step"] if records else None
+
+
+def status_lines(out: Path) -> list[str]:
+    """One line per cell of the sweep in ``out``: its state, step and headline metric."""
+    path = out / STATUS_FILE
+    if not path.is_file():
+        raise ValueError(f"{out} holds no sweep ({STATUS_FILE}); start one with latentlens sweep")
+    try:
+        states = json.loads(path.read_text())["cells"]
+    except (json.JSONDecodeError, KeyError, TypeError) as err:
+        raise ValueError(f"{path} is damaged ({err}); run the sweep again to rewrite it") from None
+    lines = []
+    for name, state in states.items():
+        text = f"{name}: {state['state']}"
+        if state["state"] in ("queued", "running") and (step := live_step(out, name)) is not None:
+            text += f" (step {step})"
+        if state.get("metric"):
+            text += f", {state['metric']}"
+        if state.get("error"):
+            text += f": {state['error']}"
+        lines.append(text)
+    counts = {s: sum(v["state"] == s for v in states.values()) for s in ("done", "failed")}
+    lines.append(f"{len(states)} cells: {counts['done']} done, {counts['failed']} failed, "
+                 f"{len(states) - sum(counts.values())} not finished")  # fmt: skip
+    return lines
+
+
+def headline(metrics: dict[str, dict[str, float]]) -> str:
+    """``split metric value`` of the last split's task metric (R² or accuracy)."""
+    split, values = list(metrics.items())[-1]
+    key = next((k for k in ("r2", "accuracy") if k in values), "loss")
+    return f"{split} {key} {values[key]:.3f}"
+
+
+def run_sweep(
+    spec: SweepSpec,
+    out: str | Path,
+    address: str | None = None,
+    device: str = "cpu",
+    num_cpus: int | None = None,
+) -> dict[str, dict[str, Any]]:
+    """Run every cell of ``spec`` into ``out``; returns the cells' final states."""
+    ray = require_ray()
+    out = Path(out)
+    cells = spec.cells()  # every config resolved before anything starts
+    states: dict[str, dict[str, Any]] = {}
+    pending: list[Cell] = []
+    for cell in cells:
+        if cell_finished(out / cell.name, cell.config):
+            states[cell.name] = {"state": "done", "metric": "found finished"}
+            print(f"{cell.name}: done (found finished)", flush=True)
+        else:
+            states[cell.name] = {"state": "queued"}
+            pending.append(cell)
+    write_status(out, states)
+    if not pending:
+        return states
+    started_here = not ray.is_initialized()
+    if started_here:
+        ray.init(address=address, num_cpus=num_cpus, include_dashboard=False,
+                 log_to_driver=False, configure_logging=False)  # fmt: skip
+    resources = {"num_gpus": 1} if device.startswith("cuda") else {"num_cpus": 1}
+    remote = ray.remote(max_retries=1, **resources)(train_cell)
+    refs = {remote.remote(str((out / c.name).resolve()), c.config, device): c for c in pending}
+    for cell in pending:
+        states[cell.name] = {"state": "running"}
+    write_status(out, states)
+    last_progress = time.monotonic()
+    try:
+        while refs:
+            ready, _ = ray.wait(list(refs), num_returns=1, timeout=5.0)
+            for ref in ready:
+                cell = refs.pop(ref)
+                try:
+                    metrics = ray.get(ref)
+                    states[cell.name] = {"state": "done", "metric": headline(metrics)}
+                except Exception as err:  # noqa: BLE001 - a crashed cell must not stop the rest
+                    cause = getattr(err, "cause", None) or err
+                    states[cell.name] = {"state": "failed",
+                                         "error": f"{type(cause).__name__}: {cause}"}  # fmt: skip
+                state = states[cell.name]
+                print(f"{cell.name}: {state['state']}, "
+                      f"{state.get('metric') or state.get('error')}", flush=True)  # fmt: skip
+                write_status(out, states)
+            if refs and time.monotonic() - last_progress > PROGRESS_EVERY:
+                running = [f"{c.name} step {live_step(out, c.name) or 0}" for c in refs.values()]
+                print(f"running: {'; '.join(running)}", flush=True)
+                last_progress = time.monotonic()
+    except KeyboardInterrupt:
+        for ref in refs:
+            ray.cancel(ref, force=True)
+        raise KeyboardInterrupt(
+            f"the sweep stopped; `latentlens sweep` with the same spec and --out {out} "
+            "continues it (finished cells are skipped, the others resume)"
+        ) from None
+    finally:
+        if started_here:
+            ray.shutdown()
+    return states

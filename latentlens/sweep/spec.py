@@ -1,0 +1,118 @@
+"""A sweep specification: a base run and the axes to vary, expanded into a grid of cells,
+each an ordinary run config (``Trainer.resolve_config``).
+
+A spec is a JSON or YAML file::
+
+    task: fuzzy-logic              # the task (its alias too)
+    model: transformer             # the model kind (default transformer)
+    base:                          # sections as in `latentlens train --config`
+      model: {d_model: 32}
+      train: {steps: 200, eval_every: 100}
+    axes:                          # every combination is a cell
+      model.attention: [softmax, hyla]
+      train.seed: [0, 1]
+      task.frac_test: [0.5, 0.7]
+
+An axis is ``SECTION.FIELD`` with ``SECTION`` one of model, task, train.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+SECTIONS = ("model", "task", "train")
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One point of the grid: its name (``attention=hyla,seed=0``) and resolved config."""
+
+    name: str
+    values: dict[str, Any]
+    config: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    task: str
+    model: str
+    base: dict[str, dict[str, Any]]
+    axes: dict[str, list[Any]]
+
+    @classmethod
+    def read(cls, path: str | Path) -> SweepSpec:
+        """The spec in ``path`` (``.json``, ``.yaml`` or ``.yml``); a one-line error naming
+        the file and what is wrong."""
+        path = Path(path)
+        try:
+            text = path.read_text()
+        except OSError as err:
+            raise ValueError(f"sweep spec {path} cannot be read ({err.strerror})") from None
+        try:
+            if path.suffix in (".yaml", ".yml"):
+                import yaml
+
+                data = yaml.safe_load(text)
+            else:
+                data = json.loads(text)
+        except Exception as err:  # noqa: BLE001 - JSON and YAML raise their own kinds
+            raise ValueError(f"sweep spec {path} is not valid {path.suffix[1:]} ({err})") from None
+        return cls.from_dict(data, str(path))
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str = "the sweep spec") -> SweepSpec:
+        if not isinstance(data, dict) or "task" not in data or "axes" not in data:
+            raise ValueError(
+                f"{where} needs at least 'task' and 'axes' (see `latentlens sweep -h`)"
+            )
+        unknown = sorted(set(data) - {"task", "model", "base", "axes"})
+        if unknown:
+            raise ValueError(
+                f"{where} has unknown keys {unknown}; allowed: task, model, base, axes"
+            )
+        base = data.get("base") or {}
+        if not isinstance(base, dict) or set(base) - set(SECTIONS):
+            raise ValueError(f"{where}: 'base' holds the sections {SECTIONS} only")
+        axes = data["axes"]
+        if not isinstance(axes, dict) or not axes:
+            raise ValueError(f"{where}: 'axes' must map SECTION.FIELD to a list of values")
+        for axis, values in axes.items():
+            section, _, field = str(axis).partition(".")
+            if section not in SECTIONS or not field:
+                raise ValueError(
+                    f"{where}: axis {axis!r} must be SECTION.FIELD with SECTION in {SECTIONS}"
+                )
+            if not isinstance(values, list) or not values:
+                raise ValueError(f"{where}: axis {axis!r} needs a non-empty list of values")
+        return cls(str(data["task"]), str(data.get("model", "transformer")),
+                   {s: dict(base.get(s) or {}) for s in SECTIONS},
+                   {str(k): list(v) for k, v in axes.items()})  # fmt: skip
+
+    def cells(self) -> list[Cell]:
+        """Every combination of the axes, in the order the axes are given, resolved (so a
+        bad value fails here, before anything trains)."""
+        from latentlens.tasks import TASK_ALIASES
+        from latentlens.training import TrainConfig, Trainer, model_for_task
+
+        task = TASK_ALIASES.get(self.task, self.task)
+        cells = []
+        for combination in itertools.product(*self.axes.values()):
+            values = dict(zip(self.axes, combination, strict=True))
+            sections = {s: dict(self.base[s]) for s in SECTIONS}
+            for axis, value in values.items():
+                section, _, field = axis.partition(".")
+                sections[section][field] = value
+            task_config = sections["task"] or None
+            config = Trainer.resolve_config(
+                task,
+                model_for_task(task, task_config, self.model, **sections["model"]),
+                TrainConfig.for_task(task, self.model, **sections["train"]),
+                task_config,
+            )
+            name = ",".join(f"{axis.partition('.')[2]}={value}" for axis, value in values.items())
+            cells.append(Cell(name, values, config))
+        return cells

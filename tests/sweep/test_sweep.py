@@ -1,0 +1,96 @@
+"""`latentlens sweep` on a local Ray with 2 workers: the grid, skipping finished cells, a
+crashed cell reported without stopping the others, and the status read back."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from latentlens.cli import main
+from latentlens.sweep import SweepSpec
+from latentlens.training import RunDirectory, TrainConfig, Trainer, model_for_task
+
+BASE = {
+    "model": {"d_model": 16, "n_heads": 2, "qk_dim": 8, "v_dim": 8, "d_mlp": 32},
+    "train": {"steps": 20, "eval_every": 10, "batch_size": 16, "eval_examples": 32,
+              "warmup_steps": 2},
+}  # fmt: skip
+
+
+def write_spec(path: Path, axes: dict) -> Path:
+    path.write_text(json.dumps({"task": "fuzzy-logic", "base": BASE, "axes": axes}))
+    return path
+
+
+def test_the_grid_is_every_combination_resolved_before_anything_runs(tmp_path) -> None:
+    axes = {"model.attention": ["softmax", "hyla"], "train.seed": [0, 1]}
+    spec = SweepSpec.read(write_spec(tmp_path / "s.json", axes))
+    cells = spec.cells()
+    names = ["attention=softmax,seed=0", "attention=softmax,seed=1", "attention=hyla,seed=0",
+             "attention=hyla,seed=1"]  # fmt: skip
+    assert [c.name for c in cells] == names
+    expected = Trainer.resolve_config(
+        "fuzzy-logic",
+        model_for_task("fuzzy-logic", None, "transformer", attention="hyla", **BASE["model"]),
+        TrainConfig.for_task("fuzzy-logic", seed=1, **BASE["train"]),
+    )
+    assert cells[3].config == expected
+    bad = write_spec(tmp_path / "b.json", {"model.attention": ["nope"]})
+    with pytest.raises(ValueError, match="nope"):
+        SweepSpec.read(bad).cells()
+    with pytest.raises(ValueError, match="axis 'seed' must be SECTION.FIELD"):
+        SweepSpec.from_dict({"task": "fuzzy-logic", "axes": {"seed": [0]}})
+
+
+def test_a_sweep_on_local_ray_runs_skips_and_reports(tmp_path, capsys) -> None:
+    spec = write_spec(tmp_path / "spec.json",
+                      {"model.attention": ["softmax", "hyla"], "train.seed": [0, 1]})  # fmt: skip
+    out = tmp_path / "sweep"
+    assert main(["sweep", str(spec), "--out", str(out), "--num-cpus", "2"]) == 0
+    printed = capsys.readouterr().out
+    assert "4 cells: 4 done, 0 failed, 0 not finished" in printed
+    for name in ("attention=softmax,seed=0", "attention=hyla,seed=1"):
+        records = RunDirectory(out / name).read_metrics()
+        assert records[-1]["step"] == 20
+    # the same cell trained alone gives the same metrics (one core each, as Ray ran it)
+    alone = tmp_path / "alone"
+    config = RunDirectory(out / "attention=hyla,seed=1").read_config()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the same summation order as the worker's
+    try:
+        Trainer.create(alone, config, quiet=True).train()
+    finally:
+        torch.set_num_threads(threads)
+    assert (
+        RunDirectory(alone).read_metrics()
+        == RunDirectory(out / "attention=hyla,seed=1").read_metrics()
+    )
+    before = (out / "attention=softmax,seed=0" / "metrics.jsonl").read_text()
+    assert main(["sweep", str(spec), "--out", str(out), "--num-cpus", "2"]) == 0
+    assert "done (found finished)" in capsys.readouterr().out
+    assert (out / "attention=softmax,seed=0" / "metrics.jsonl").read_text() == before
+    assert main(["sweep", "--status", str(out)]) == 0
+    assert "attention=hyla,seed=0: done, found finished" in capsys.readouterr().out
+
+
+def test_a_crashed_cell_does_not_stop_the_others(tmp_path, capsys) -> None:
+    spec = write_spec(tmp_path / "spec.json", {"train.seed": [0, 1]})
+    out = tmp_path / "sweep"
+    (out / "seed=1").mkdir(parents=True)
+    (out / "seed=1" / "config.json").write_text("[1, 2]")  # a damaged run directory
+    assert main(["sweep", str(spec), "--out", str(out), "--num-cpus", "2"]) == 1
+    printed = capsys.readouterr().out
+    assert "seed=0: done" in printed
+    assert "seed=1: failed: ValueError:" in printed and "is not a run's config" in printed
+
+
+def test_bad_sweep_input_is_one_line(tmp_path, capsys) -> None:
+    assert main(["sweep", "--status", str(tmp_path)]) == 2
+    assert "holds no sweep" in capsys.readouterr().err
+    broken = tmp_path / "s.yaml"
+    broken.write_text("task: [unclosed")
+    assert main(["sweep", str(broken)]) == 2
+    assert "is not valid yaml" in capsys.readouterr().err
