@@ -29,6 +29,7 @@ from latentlens.training import (
 )
 from latentlens.training.checkpoint import select_checkpoint
 from latentlens.training.distributed import shutdown_distributed
+from latentlens.training.loggers import LOGGERS, experiment_loggers
 from latentlens.training.run_dir import require_distinct, seeds_of_one_config
 
 # The names --model takes (train and inspect): every kind, its aliases, and translation's
@@ -133,6 +134,14 @@ def add_train_parser(commands: argparse._SubParsersAction) -> None:
         metavar="SECONDS",
         help="checkpoint and stop before this much wall time has passed (exit code 3); the "
         "same command then continues the run, so a series of short commands finishes it",
+    )
+    train.add_argument(
+        "--log",
+        nargs="+",
+        choices=LOGGERS,
+        metavar="TRACKER",
+        help="also log every evaluation and the config to tensorboard (RUN/tensorboard/) "
+        "and/or wandb (offline without an API key); metrics.jsonl stays the record",
     )
     train.add_argument("--quiet", action="store_true", help="no progress bar")
     train.add_argument(
@@ -279,7 +288,7 @@ def run_train(args: argparse.Namespace) -> int:
                 check_resume_flags(args, config, run)
             changes = {k: getattr(args, k, None) for k in RESUME_CHANGEABLE
                        if getattr(args, k, None) is not None}  # fmt: skip
-            callbacks = [tracking_callbacks(config) for config in stored]
+            callbacks = [tracking_callbacks(c) + experiment_loggers(args.log) for c in stored]
             if len(args.resume) > 1:
                 if changes:
                     raise ValueError(
@@ -301,7 +310,7 @@ def run_train(args: argparse.Namespace) -> int:
                 base = args.run_dir or f"runs/{args.task}-{kind}{args.attention}"
                 configs = seed_configs(config, args.seeds)
                 runs = [f"{base}-s{seed}" for seed in args.seeds]
-                callbacks = [tracking_callbacks(c) for c in configs]
+                callbacks = [tracking_callbacks(c) + experiment_loggers(args.log) for c in configs]
                 if args.time_budget is not None and all(map(continues, runs, configs)):
                     trainer = SeedGroup.resume(runs, callbacks, **runtime)
                 else:
@@ -309,7 +318,7 @@ def run_train(args: argparse.Namespace) -> int:
             else:
                 seed = config["train"]["seed"]
                 run_dir = args.run_dir or f"runs/{args.task}-{kind}{args.attention}-s{seed}"
-                runtime["callbacks"] = tracking_callbacks(config)
+                runtime["callbacks"] = tracking_callbacks(config) + experiment_loggers(args.log)
                 if args.time_budget is not None and continues(run_dir, config):
                     trainer = Trainer.resume(run_dir, **runtime)
                 else:
