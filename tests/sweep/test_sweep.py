@@ -94,3 +94,52 @@ def test_bad_sweep_input_is_one_line(tmp_path, capsys) -> None:
     broken.write_text("task: [unclosed")
     assert main(["sweep", str(broken)]) == 2
     assert "is not valid yaml" in capsys.readouterr().err
+
+
+def test_a_killed_worker_is_retried_and_its_cell_resumes_bit_equal(tmp_path) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from safetensors.torch import load_file
+
+    from latentlens.training import list_checkpoints
+
+    base = {**BASE, "train": {**BASE["train"], "steps": 600, "eval_every": 50}}
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"task": "fuzzy-logic", "base": base,
+                                "axes": {"train.seed": [0]}}))  # fmt: skip
+    out = tmp_path / "sweep"
+    sweep = subprocess.Popen(
+        [sys.executable, "-m", "latentlens", "sweep", str(spec), "--out", str(out),
+         "--num-cpus", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    cell = out / "seed=0"
+    deadline = time.time() + 120
+    while not list_checkpoints(cell / "checkpoints") and time.time() < deadline:
+        time.sleep(0.05)
+    workers = subprocess.run(["pgrep", "-f", "ray::train_cell"], capture_output=True, text=True)
+    pids = [int(p) for p in workers.stdout.split()]
+    assert pids, "no Ray worker found running the cell"
+    killed_at = list_checkpoints(cell / "checkpoints")[-1][0]
+    writer = json.loads((cell / ".lock").read_text())["pid"]
+    assert writer in pids  # the worker training the cell holds its run's lock
+    for pid in pids:
+        os.kill(pid, signal.SIGKILL)
+    assert sweep.wait(timeout=300) == 0, sweep.stderr.read()[-2000:]
+    assert killed_at < 600
+    # Ray retried the cell in a new worker, which took over the lock and resumed
+    assert json.loads((cell / ".lock").read_text())["pid"] != writer
+    whole = tmp_path / "whole"
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        Trainer.create(whole, RunDirectory(cell).read_config(), quiet=True).train()
+    finally:
+        torch.set_num_threads(threads)
+    assert RunDirectory(cell).read_metrics() == RunDirectory(whole).read_metrics()
+    ours = load_file(str(list_checkpoints(cell / "checkpoints")[-1][1]))
+    theirs = load_file(str(list_checkpoints(whole / "checkpoints")[-1][1]))
+    assert all(torch.equal(ours[k], theirs[k]) for k in theirs)
