@@ -3,8 +3,9 @@
 An experiment plans :class:`RunSpec` s (a run directory and its resolved config);
 :func:`train_all` brings every one to its last step with
 :func:`latentlens.training.train_or_resume` (reuse a finished run, resume an interrupted
-one), ``jobs`` at a time. Small models train faster as several one-thread processes than
-as one process with several threads, so on a CPU the default is one job per core. Each
+one), ``jobs`` at a time as Ray tasks (the engine of ``latentlens sweep``). Small models
+train faster as several one-thread processes than as one process with several threads, so
+on a CPU the default is one job per core. Each
 run's training time is kept in ``timings.json`` beside the runs, so that a report can say
 what a size costs even when some runs were found finished.
 """
@@ -16,9 +17,7 @@ import os
 import statistics
 import time
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
-from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +26,7 @@ import torch
 from latentlens.devices import resolve_device
 from latentlens.probes import tracking_callbacks
 from latentlens.probes.run import probe_run
+from latentlens.sweep.run import ray_map
 from latentlens.training import RunDirectory, list_checkpoints, train_or_resume
 
 TIMINGS = "timings.json"
@@ -122,13 +122,13 @@ def train_all(
     first = [spec for spec in unique if spec.path in bases]
     for wave in (first, [spec for spec in unique if spec.path not in bases]):
         names = [str(spec.path.relative_to(out)) for spec in wave]
-        if jobs == 1:
+        if jobs == 1 or len(wave) < 2:
             results = (train_one(spec, runtime) for spec in wave)
-            record(timings, timings_file, names, results)
-        else:
-            with ProcessPoolExecutor(jobs, mp_context=get_context("spawn")) as pool:
-                results = pool.map(train_one, wave, [runtime] * len(wave))
-                record(timings, timings_file, names, results)
+        else:  # Ray's workers and resource accounting, as `latentlens sweep` uses them
+            here = str(Path(__file__).resolve().parents[1])  # benchmarks/: this package
+            calls = [(spec, runtime) for spec in wave]
+            results = ray_map(train_one, calls, jobs, runtime.device, python_path=[here])
+        record(timings, timings_file, names, results)
     return timings
 
 

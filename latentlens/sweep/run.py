@@ -9,7 +9,9 @@ others, and a worker that dies is retried once (resuming from its checkpoint).
 from __future__ import annotations
 
 import json
+import os
 import time
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +30,35 @@ def require_ray() -> Any:
             'latentlens sweep runs on Ray, which is not installed: pip install "latentlens[sweep]"'
         ) from None
     return ray
+
+
+def ray_map(
+    function: Callable[..., Any],
+    calls: Sequence[tuple],
+    num_cpus: int,
+    device: str = "cpu",
+    python_path: Sequence[str] = (),
+) -> Iterator[Any]:
+    """``function(*call)`` for every call, as Ray tasks on a local instance of ``num_cpus``
+    CPUs (one core, or one GPU, per task; a task whose worker dies is retried once); the
+    results in the order of ``calls``. ``python_path``: folders the workers import from
+    (the driver's ``sys.path`` additions do not reach them)."""
+    ray = require_ray()
+    started_here = not ray.is_initialized()
+    if started_here:
+        paths = [*python_path, os.environ.get("PYTHONPATH", "")]
+        env = {"PYTHONPATH": os.pathsep.join(p for p in paths if p)}
+        ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
+                 configure_logging=False, runtime_env={"env_vars": env})  # fmt: skip
+    resources = {"num_gpus": 1} if device.startswith("cuda") else {"num_cpus": 1}
+    remote = ray.remote(max_retries=1, **resources)(function)
+    refs = [remote.remote(*call) for call in calls]
+    try:
+        for ref in refs:
+            yield ray.get(ref)
+    finally:
+        if started_here:
+            ray.shutdown()
 
 
 def train_cell(path: str, config: dict[str, Any], device: str) -> dict[str, Any]:
