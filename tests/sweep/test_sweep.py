@@ -143,3 +143,29 @@ def test_a_killed_worker_is_retried_and_its_cell_resumes_bit_equal(tmp_path) -> 
     ours = load_file(str(list_checkpoints(cell / "checkpoints")[-1][1]))
     theirs = load_file(str(list_checkpoints(whole / "checkpoints")[-1][1]))
     assert all(torch.equal(ours[k], theirs[k]) for k in theirs)
+
+
+def test_ctrl_c_stops_the_sweep_and_says_how_to_continue(tmp_path) -> None:
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from latentlens.training import list_checkpoints
+
+    base = {**BASE, "train": {**BASE["train"], "steps": 100_000, "eval_every": 50}}
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"task": "fuzzy-logic", "base": base,
+                                "axes": {"train.seed": [0]}}))  # fmt: skip
+    out = tmp_path / "sweep"
+    sweep = subprocess.Popen(
+        [sys.executable, "-m", "latentlens", "sweep", str(spec), "--out", str(out),
+         "--num-cpus", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    deadline = time.time() + 120
+    while not list_checkpoints(out / "seed=0" / "checkpoints") and time.time() < deadline:
+        time.sleep(0.05)
+    sweep.send_signal(signal.SIGINT)
+    assert sweep.wait(timeout=120) == 130
+    message = sweep.stderr.read()
+    assert "the sweep stopped" in message and f"--out {out} continues it" in message
