@@ -26,6 +26,12 @@ def add_sweep_parser(commands: argparse._SubParsersAction) -> None:
     sweep.add_argument("--num-cpus", type=int, help="local Ray's CPUs (default: all)")
     sweep.add_argument("--device", choices=DEVICE_CHOICES, default="cpu")
     sweep.add_argument(
+        "--seeds",
+        action="store_true",
+        help="train the cells that differ only in train.seed as one vmapped seed group "
+        "(one task; pays on a GPU)",
+    )
+    sweep.add_argument(
         "--status", type=Path, metavar="SWEEP_DIR", help="print a sweep's cells and exit"
     )
     sweep.set_defaults(handler=run_sweep_command)
@@ -41,6 +47,6 @@ def run_sweep_command(args: argparse.Namespace) -> int:
         raise ValueError("give a sweep spec file, or --status SWEEP_DIR")
     spec = SweepSpec.read(args.spec)
     out = args.out or Path("runs") / f"sweep-{args.spec.stem}"
-    states = run_sweep(spec, out, args.address, args.device, args.num_cpus)
+    states = run_sweep(spec, out, args.address, args.device, args.num_cpus, args.seeds)
     print("\n".join(status_lines(out)))
     return 1 if any(s["state"] == "failed" for s in states.values()) else 0

@@ -66,14 +66,55 @@ def train_cell(path: str, config: dict[str, Any], device: str) -> dict[str, Any]
     import torch
 
     from latentlens.probes import tracking_callbacks
-    from latentlens.training import RunDirectory, train_or_resume
+    from latentlens.training import train_or_resume
 
     torch.set_num_threads(1)  # Ray gave this run one core
     train_or_resume(path, config, tracking_callbacks(config), device=device, quiet=True)
+    return final_metrics(path)
+
+
+def train_group(paths: list[str], configs: list[dict[str, Any]], device: str) -> list[dict]:
+    """Bring cells that differ only in their seed to their last step as one vmapped seed
+    group (a Ray worker); each cell's final metrics. Cells started apart are finished
+    apart."""
+    import torch
+
+    from latentlens.probes import tracking_callbacks
+    from latentlens.training import RunDirectory, SeedGroup, list_checkpoints
+
+    torch.set_num_threads(1)
+    callbacks = [tracking_callbacks(config) for config in configs]
+    existing = [RunDirectory(p).config_path.is_file() for p in paths]
+    steps = {list_checkpoints(RunDirectory(p).checkpoints)[-1][0] if e and
+             list_checkpoints(RunDirectory(p).checkpoints) else -1
+             for p, e in zip(paths, existing, strict=True)}  # fmt: skip
+    if not any(existing):
+        SeedGroup.create(paths, configs, callbacks, device=device, quiet=True).train(quiet=True)
+    elif all(existing) and len(steps) == 1 and -1 not in steps:
+        SeedGroup.resume(paths, callbacks, device=device, quiet=True).train(quiet=True)
+    else:
+        return [train_cell(p, c, device) for p, c in zip(paths, configs, strict=True)]
+    return [final_metrics(path) for path in paths]
+
+
+def final_metrics(path: str) -> dict[str, Any]:
+    """The last evaluation's metrics of a run, by split."""
+    from latentlens.training import RunDirectory
+
     records = RunDirectory(path).read_metrics()
     last = records[-1]["step"]
     return {r["split"]: {k: v for k, v in r.items() if k not in ("step", "split")}
             for r in records if r["step"] == last}  # fmt: skip
+
+
+def seed_groups(cells: Sequence[Cell]) -> list[list[Cell]]:
+    """Cells grouped by their config less the training seed, in the grid's order."""
+    groups: dict[str, list[Cell]] = {}
+    for cell in cells:
+        config = {**cell.config, "train": {k: v for k, v in cell.config["train"].items()
+                                           if k != "seed"}}  # fmt: skip
+        groups.setdefault(json.dumps(config, sort_keys=True), []).append(cell)
+    return list(groups.values())
 
 
 def cell_finished(path: Path, config: dict[str, Any]) -> bool:
@@ -135,8 +176,11 @@ def run_sweep(
     address: str | None = None,
     device: str = "cpu",
     num_cpus: int | None = None,
+    group_seeds: bool = False,
 ) -> dict[str, dict[str, Any]]:
-    """Run every cell of ``spec`` into ``out``; returns the cells' final states."""
+    """Run every cell of ``spec`` into ``out``; returns the cells' final states. With
+    ``group_seeds``, cells that differ only in ``train.seed`` train as one vmapped seed
+    group (one task), which pays on a GPU."""
     ray = require_ray()
     out = Path(out)
     cells = spec.cells()  # every config resolved before anything starts
@@ -157,8 +201,16 @@ def run_sweep(
         ray.init(address=address, num_cpus=num_cpus, include_dashboard=False,
                  log_to_driver=False, configure_logging=False)  # fmt: skip
     resources = {"num_gpus": 1} if device.startswith("cuda") else {"num_cpus": 1}
-    remote = ray.remote(max_retries=1, **resources)(train_cell)
-    refs = {remote.remote(str((out / c.name).resolve()), c.config, device): c for c in pending}
+    one = ray.remote(max_retries=1, **resources)(train_cell)
+    group = ray.remote(max_retries=1, **resources)(train_group)
+    refs: dict[Any, list[Cell]] = {}
+    for cells_of in seed_groups(pending) if group_seeds else [[c] for c in pending]:
+        paths = [str((out / c.name).resolve()) for c in cells_of]
+        if len(cells_of) == 1:
+            refs[one.remote(paths[0], cells_of[0].config, device)] = cells_of
+        else:
+            refs[group.remote(paths, [c.config for c in cells_of], device)] = cells_of
+    print(f"{len(pending)} cells to train as {len(refs)} Ray tasks", flush=True)
     for cell in pending:
         states[cell.name] = {"state": "running"}
     write_status(out, states)
@@ -167,20 +219,25 @@ def run_sweep(
         while refs:
             ready, _ = ray.wait(list(refs), num_returns=1, timeout=5.0)
             for ref in ready:
-                cell = refs.pop(ref)
+                cells_of = refs.pop(ref)
                 try:
-                    metrics = ray.get(ref)
-                    states[cell.name] = {"state": "done", "metric": headline(metrics)}
+                    result = ray.get(ref)
+                    results = result if isinstance(result, list) else [result]
+                    for cell, metrics in zip(cells_of, results, strict=True):
+                        states[cell.name] = {"state": "done", "metric": headline(metrics)}
                 except Exception as err:  # noqa: BLE001 - a crashed cell must not stop the rest
                     cause = getattr(err, "cause", None) or err
-                    states[cell.name] = {"state": "failed",
-                                         "error": f"{type(cause).__name__}: {cause}"}  # fmt: skip
-                state = states[cell.name]
-                print(f"{cell.name}: {state['state']}, "
-                      f"{state.get('metric') or state.get('error')}", flush=True)  # fmt: skip
+                    error = f"{type(cause).__name__}: {cause}"
+                    for cell in cells_of:
+                        states[cell.name] = {"state": "failed", "error": error}
+                for cell in cells_of:
+                    state = states[cell.name]
+                    print(f"{cell.name}: {state['state']}, "
+                          f"{state.get('metric') or state.get('error')}", flush=True)  # fmt: skip
                 write_status(out, states)
             if refs and time.monotonic() - last_progress > PROGRESS_EVERY:
-                running = [f"{c.name} step {live_step(out, c.name) or 0}" for c in refs.values()]
+                running = [f"{c.name} step {live_step(out, c.name) or 0}"
+                           for cells_of in refs.values() for c in cells_of]  # fmt: skip
                 print(f"running: {'; '.join(running)}", flush=True)
                 last_progress = time.monotonic()
     except KeyboardInterrupt:

@@ -169,3 +169,25 @@ def test_ctrl_c_stops_the_sweep_and_says_how_to_continue(tmp_path) -> None:
     assert sweep.wait(timeout=120) == 130
     message = sweep.stderr.read()
     assert "the sweep stopped" in message and f"--out {out} continues it" in message
+
+
+def test_seeds_of_a_cell_train_as_one_seed_group(tmp_path, capsys) -> None:
+    """--seeds: the seeds of each configuration train as one vmapped group; with dropout
+    off each seed's run equals the one the ungrouped sweep trains (up to float order)."""
+    base = {**BASE, "model": {**BASE["model"], "attention_dropout": 0.0}}
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"task": "fuzzy-logic", "base": base,
+                                "axes": {"model.attention": ["softmax", "hyla"],
+                                         "train.seed": [0, 1]}}))  # fmt: skip
+    grouped, apart = tmp_path / "grouped", tmp_path / "apart"
+    assert main(["sweep", str(spec), "--out", str(grouped), "--num-cpus", "2", "--seeds"]) == 0
+    assert "4 cells to train as 2 Ray tasks" in capsys.readouterr().out
+    assert main(["sweep", str(spec), "--out", str(apart), "--num-cpus", "2"]) == 0
+    printed = capsys.readouterr().out
+    assert "4 cells to train as 4 Ray tasks" in printed and "4 cells: 4 done" in printed
+    for name in ("attention=softmax,seed=0", "attention=hyla,seed=1"):
+        ours = RunDirectory(grouped / name).read_metrics()
+        theirs = RunDirectory(apart / name).read_metrics()
+        assert [r["step"] for r in ours] == [r["step"] for r in theirs]
+        for mine, other in zip(ours, theirs, strict=True):
+            assert mine["loss"] == pytest.approx(other["loss"], rel=1e-4, abs=1e-6)
