@@ -75,6 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+DEFAULT_VARIANT = "softmax"  # TransformerConfig's default attention
+
+
 def run_inspect(args: argparse.Namespace) -> int:
     if args.batch <= 0:
         raise ValueError(f"--batch={args.batch} is invalid: it must be a positive integer")
@@ -88,13 +91,17 @@ def run_inspect(args: argparse.Namespace) -> int:
     print(
         f"{'variant':<30}{'paper name':<{paper_width}}{'norm':<10}{'value net':<16}{'params':>10}"
     )
+    # the hooks listed are the default model's (softmax attention) when it is among them
+    shown = DEFAULT_VARIANT if DEFAULT_VARIANT in variants else variants[-1]
     cache: dict[str, torch.Tensor] = {}
     for name in variants:
         torch.manual_seed(args.seed)
         config = model_for_task(args.preset, None, args.model, attention=name)
         model = build_model(kind, config).to(device).eval()
         with torch.no_grad():
-            _, cache = model.run_with_cache(*task.model_inputs(batch))
+            _, variant_cache = model.run_with_cache(*task.model_inputs(batch))
+        if name == shown:
+            cache = variant_cache
         spec = VARIANTS[name]
         value_net = spec.value_network + (f" ({spec.activation})" if spec.activation else "")
         params = sum(p.numel() for p in model.parameters())
@@ -102,7 +109,7 @@ def run_inspect(args: argparse.Namespace) -> int:
             f"{name:<30}{spec.paper_name:<{paper_width}}{spec.normalization:<10}{value_net:<16}"
             f"{params:>10,}"
         )
-    print(f"\nhook points of {variants[-1]} (batch {args.batch}):")
+    print(f"\nhook points of {shown} (batch {args.batch}):")
     name_width = 2 + max(len(hook_name) for hook_name in cache)
     shape_width = 2 + max(len(str(list(act.shape))) for act in cache.values())
     for hook_name, act in cache.items():

@@ -143,3 +143,10 @@ def test_seed_summary_gives_mean_and_sample_std_per_split(capsys) -> None:
     print_seed_summary(runs[:1])  # one seed: no spread to give
     print_seed_summary([runs[0], []])  # a resumed run that had no steps left
     assert capsys.readouterr().out == ""
+
+
+def test_inspect_of_every_variant_lists_the_default_models_hooks() -> None:
+    result = run_cli("inspect", "--batch", "2")
+    assert result.returncode == 0, result.stderr
+    assert "hook points of softmax (batch 2):" in result.stdout
+    assert "hook_vnet_post" not in result.stdout  # softmax has no value network hooks
