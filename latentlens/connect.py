@@ -194,7 +194,7 @@ def run_result(one: ConditionRun) -> dict[str, Any]:
     """One finished run's final quality, test loss and routing."""
     directory = RunDirectory(one.run)
     quality = read_jsonl(directory.tracking / "translation_quality.jsonl")[-1]
-    test = [r for r in directory.read_metrics() if r["split"] == "test"][-1]
+    test = directory.last_evaluation()["test"]
     return {
         "condition": one.condition,
         "seed": one.seed,

@@ -149,9 +149,7 @@ def record(timings: dict[str, float], path: Path, names: list[str], results) -> 
 
 def metrics_at_end(run: Path) -> dict[str, dict[str, float]]:
     """The last evaluation's metrics, by split."""
-    records = RunDirectory(run).read_metrics()
-    last = records[-1]["step"]
-    return {r["split"]: r for r in records if r["step"] == last}
+    return RunDirectory(run).last_evaluation()
 
 
 def mean_std(values: Sequence[float | None], digits: int = 3) -> str:

@@ -101,10 +101,8 @@ def final_metrics(path: str) -> dict[str, Any]:
     """The last evaluation's metrics of a run, by split."""
     from latentlens.training import RunDirectory
 
-    records = RunDirectory(path).read_metrics()
-    last = records[-1]["step"]
-    return {r["split"]: {k: v for k, v in r.items() if k not in ("step", "split")}
-            for r in records if r["step"] == last}  # fmt: skip
+    return {split: {k: v for k, v in record.items() if k not in ("step", "split")}
+            for split, record in RunDirectory(path).last_evaluation().items()}  # fmt: skip
 
 
 def seed_groups(cells: Sequence[Cell]) -> list[list[Cell]]:

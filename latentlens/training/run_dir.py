@@ -125,6 +125,14 @@ class RunDirectory:
     def read_metrics(self) -> list[dict[str, Any]]:
         return read_jsonl(self.metrics_path)
 
+    def last_evaluation(self) -> dict[str, dict[str, Any]]:
+        """The records of the newest evaluation, by split (``{}`` before the first)."""
+        records = self.read_metrics()
+        if not records:
+            return {}
+        last = records[-1]["step"]
+        return {r["split"]: r for r in records if r["step"] == last}
+
     def append_metrics(self, records: list[dict[str, Any]]) -> None:
         append_jsonl(self.metrics_path, records)
 

@@ -289,25 +289,17 @@ class Trainer:
         ``init_from``: a run whose newest weights the model starts from (fine-tuning; it
         may add a layer connection), recorded in ``config.json`` as ``init_from``."""
         directory = RunDirectory(run_dir)
-        existed = directory.path.exists()
-        lock = writer_lock(directory)
-        try:
+        with writing(directory, remove_if_new=True) as lock:
             taken = directory.config_path.exists()
             if init_from is not None:
                 weights, record = initial_weights(init_from, config)
                 config = {**config, "init_from": record}
             trainer = cls(directory, config, **kwargs)
+            trainer.lock = lock
             if init_from is not None:
                 load_initial_weights(trainer.model, weights)
             if any(trainer.dist.gather(taken)):
                 raise ValueError(taken_message(directory))
-        except BaseException:
-            if lock is not None:
-                lock.release()
-                if not existed:  # a refused start leaves nothing behind
-                    shutil.rmtree(directory.path, ignore_errors=True)
-            raise
-        trainer.lock = lock
         if trainer.dist.is_main:
             directory.write_config(config)
             directory.checkpoints.mkdir(parents=True, exist_ok=True)
@@ -324,8 +316,7 @@ class Trainer:
         ``train_changes``: new values of optimiser settings (:data:`RESUME_CHANGEABLE`,
         e.g. a lower ``lr`` after a divergence), recorded in the config's ``history``."""
         directory = RunDirectory(run_dir)
-        lock = writer_lock(directory)
-        try:
+        with writing(directory) as lock:
             stored = directory.read_config()
             found = list_checkpoints(directory.checkpoints)
             if train_changes:
@@ -333,25 +324,22 @@ class Trainer:
                 if lock is not None:
                     directory.write_config(stored)
             trainer = cls(directory, stored, **kwargs)
-        except BaseException:
-            if lock is not None:
-                lock.release()
-            raise
-        trainer.lock = lock
-        checkpoint = newest_good_checkpoint(directory.checkpoints) if found else None
-        if checkpoint is None:  # nothing to keep: what it logged before dying goes with it
-            if "init_from" in stored:
-                base = stored["init_from"]
-                weights, _ = initial_weights(base["run"], stored, base["step"])
-                load_initial_weights(trainer.model, weights)
-            if trainer.dist.is_main:
-                directory.metrics_path.unlink(missing_ok=True)
-                for stale in directory.tracking.glob("*") if directory.tracking.is_dir() else []:
-                    stale.unlink()
-                directory.checkpoints.mkdir(parents=True, exist_ok=True)
-                directory.tracking.mkdir(parents=True, exist_ok=True)
-            return trainer
-        trainer.restore(checkpoint)
+            trainer.lock = lock
+            checkpoint = newest_good_checkpoint(directory.checkpoints) if found else None
+            if checkpoint is None:  # nothing to keep: what it logged before dying goes too
+                if "init_from" in stored:
+                    base = stored["init_from"]
+                    weights, _ = initial_weights(base["run"], stored, base["step"])
+                    load_initial_weights(trainer.model, weights)
+                if trainer.dist.is_main:
+                    directory.metrics_path.unlink(missing_ok=True)
+                    tracked = directory.tracking.glob("*") if directory.tracking.is_dir() else []
+                    for stale in tracked:
+                        stale.unlink()
+                    directory.checkpoints.mkdir(parents=True, exist_ok=True)
+                    directory.tracking.mkdir(parents=True, exist_ok=True)
+                return trainer
+            trainer.restore(checkpoint)
         if trainer.dist.is_main:
             directory.truncate_metrics(checkpoint.step)
         for callback in trainer.callbacks:
@@ -635,11 +623,21 @@ def amended_config(config: dict[str, Any], changes: dict[str, Any], step: int) -
     return {**config, "train": train, "history": [*config.get("history", []), entry]}
 
 
-def writer_lock(directory: RunDirectory) -> RunLock | None:
-    """The run directory's writer lock, held by the process that writes it (rank 0)."""
-    if int(os.environ.get("RANK", "0")) != 0:
-        return None
-    return RunLock(directory.path).acquire()
+@contextlib.contextmanager
+def writing(directory: RunDirectory, remove_if_new: bool = False) -> Iterator[RunLock | None]:
+    """The run directory's writer lock (held by rank 0, ``None`` on the other ranks) while
+    a trainer is built on it: released if building fails, which then (``remove_if_new``)
+    also removes a directory that did not exist before; kept by the trainer otherwise."""
+    existed = directory.path.exists()
+    lock = None if int(os.environ.get("RANK", "0")) != 0 else RunLock(directory.path).acquire()
+    try:
+        yield lock
+    except BaseException:
+        if lock is not None:
+            lock.release()
+            if remove_if_new and not existed:  # a refused start leaves nothing behind
+                shutil.rmtree(directory.path, ignore_errors=True)
+        raise
 
 
 def taken_message(directory: RunDirectory) -> str:

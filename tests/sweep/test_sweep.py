@@ -4,14 +4,26 @@ crashed cell reported without stopping the others, and the status read back."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from latentlens.cli import main
 from latentlens.sweep import SweepSpec
-from latentlens.training import RunDirectory, TrainConfig, Trainer, model_for_task
+from latentlens.training import (
+    RunDirectory,
+    TrainConfig,
+    Trainer,
+    list_checkpoints,
+    model_for_task,
+)
 
 BASE = {
     "model": {"d_model": 16, "n_heads": 2, "qk_dim": 8, "v_dim": 8, "d_mlp": 32},
@@ -23,6 +35,36 @@ BASE = {
 def write_spec(path: Path, axes: dict) -> Path:
     path.write_text(json.dumps({"task": "fuzzy-logic", "base": BASE, "axes": axes}))
     return path
+
+
+def train_alone(run: Path, config: dict) -> None:
+    """Train ``config`` in this process on one thread, as a Ray worker does (the same
+    summation order, so the same floats)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        Trainer.create(run, config, quiet=True).train()
+    finally:
+        torch.set_num_threads(threads)
+
+
+def start_one_cell_sweep(tmp_path: Path, steps: int) -> tuple[subprocess.Popen, Path]:
+    """``latentlens sweep`` of one cell (``seed=0``) on one Ray CPU, in a subprocess,
+    returned once the cell has written its first checkpoint; and the cell's directory."""
+    base = {**BASE, "train": {**BASE["train"], "steps": steps, "eval_every": 50}}
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"task": "fuzzy-logic", "base": base,
+                                "axes": {"train.seed": [0]}}))  # fmt: skip
+    out = tmp_path / "sweep"
+    sweep = subprocess.Popen(
+        [sys.executable, "-m", "latentlens", "sweep", str(spec), "--out", str(out),
+         "--num-cpus", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    cell = out / "seed=0"
+    deadline = time.time() + 120
+    while not list_checkpoints(cell / "checkpoints") and time.time() < deadline:
+        time.sleep(0.05)
+    return sweep, cell
 
 
 def test_the_grid_is_every_combination_resolved_before_anything_runs(tmp_path) -> None:
@@ -57,13 +99,7 @@ def test_a_sweep_on_local_ray_runs_skips_and_reports(tmp_path, capsys) -> None:
         assert records[-1]["step"] == 20
     # the same cell trained alone gives the same metrics (one core each, as Ray ran it)
     alone = tmp_path / "alone"
-    config = RunDirectory(out / "attention=hyla,seed=1").read_config()
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # the same summation order as the worker's
-    try:
-        Trainer.create(alone, config, quiet=True).train()
-    finally:
-        torch.set_num_threads(threads)
+    train_alone(alone, RunDirectory(out / "attention=hyla,seed=1").read_config())
     assert (
         RunDirectory(alone).read_metrics()
         == RunDirectory(out / "attention=hyla,seed=1").read_metrics()
@@ -97,29 +133,7 @@ def test_bad_sweep_input_is_one_line(tmp_path, capsys) -> None:
 
 
 def test_a_killed_worker_is_retried_and_its_cell_resumes_bit_equal(tmp_path) -> None:
-    import os
-    import signal
-    import subprocess
-    import sys
-    import time
-
-    from safetensors.torch import load_file
-
-    from latentlens.training import list_checkpoints
-
-    base = {**BASE, "train": {**BASE["train"], "steps": 600, "eval_every": 50}}
-    spec = tmp_path / "spec.json"
-    spec.write_text(json.dumps({"task": "fuzzy-logic", "base": base,
-                                "axes": {"train.seed": [0]}}))  # fmt: skip
-    out = tmp_path / "sweep"
-    sweep = subprocess.Popen(
-        [sys.executable, "-m", "latentlens", "sweep", str(spec), "--out", str(out),
-         "--num-cpus", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    cell = out / "seed=0"
-    deadline = time.time() + 120
-    while not list_checkpoints(cell / "checkpoints") and time.time() < deadline:
-        time.sleep(0.05)
+    sweep, cell = start_one_cell_sweep(tmp_path, steps=600)
     workers = subprocess.run(["pgrep", "-f", "ray::train_cell"], capture_output=True, text=True)
     pids = [int(p) for p in workers.stdout.split()]
     assert pids, "no Ray worker found running the cell"
@@ -133,12 +147,7 @@ def test_a_killed_worker_is_retried_and_its_cell_resumes_bit_equal(tmp_path) -> 
     # Ray retried the cell in a new worker, which took over the lock and resumed
     assert json.loads((cell / ".lock").read_text())["pid"] != writer
     whole = tmp_path / "whole"
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        Trainer.create(whole, RunDirectory(cell).read_config(), quiet=True).train()
-    finally:
-        torch.set_num_threads(threads)
+    train_alone(whole, RunDirectory(cell).read_config())
     assert RunDirectory(cell).read_metrics() == RunDirectory(whole).read_metrics()
     ours = load_file(str(list_checkpoints(cell / "checkpoints")[-1][1]))
     theirs = load_file(str(list_checkpoints(whole / "checkpoints")[-1][1]))
@@ -146,25 +155,8 @@ def test_a_killed_worker_is_retried_and_its_cell_resumes_bit_equal(tmp_path) -> 
 
 
 def test_ctrl_c_stops_the_sweep_and_says_how_to_continue(tmp_path) -> None:
-    import signal
-    import subprocess
-    import sys
-    import time
-
-    from latentlens.training import list_checkpoints
-
-    base = {**BASE, "train": {**BASE["train"], "steps": 100_000, "eval_every": 50}}
-    spec = tmp_path / "spec.json"
-    spec.write_text(json.dumps({"task": "fuzzy-logic", "base": base,
-                                "axes": {"train.seed": [0]}}))  # fmt: skip
-    out = tmp_path / "sweep"
-    sweep = subprocess.Popen(
-        [sys.executable, "-m", "latentlens", "sweep", str(spec), "--out", str(out),
-         "--num-cpus", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    deadline = time.time() + 120
-    while not list_checkpoints(out / "seed=0" / "checkpoints") and time.time() < deadline:
-        time.sleep(0.05)
+    sweep, cell = start_one_cell_sweep(tmp_path, steps=100_000)
+    out = cell.parent
     sweep.send_signal(signal.SIGINT)
     assert sweep.wait(timeout=120) == 130
     message = sweep.stderr.read()
