@@ -11,6 +11,7 @@ import torch
 
 from latentlens import __version__
 from latentlens.cli_analysis import add_analysis_parsers
+from latentlens.cli_atlas import add_atlas_parser
 from latentlens.cli_connect import add_connect_parser
 from latentlens.cli_sweep import add_sweep_parser
 from latentlens.cli_training import MODEL_CHOICES, add_eval_parser, add_train_parser
@@ -72,6 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_connect_parser(commands)
     add_sweep_parser(commands)
     add_analysis_parsers(commands)
+    add_atlas_parser(commands)
     return parser
 
 

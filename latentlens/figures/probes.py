@@ -16,7 +16,7 @@ from matplotlib.lines import Line2D
 from latentlens.figures.axes import metric_label
 
 
-def _require(results: Mapping[str, Any], key: str) -> Any:
+def require_key(results: Mapping[str, Any], key: str) -> Any:
     if key not in results:
         raise ValueError(f"the probe results have no {key!r}; run `latentlens probe` on the run")
     return results[key]
@@ -40,7 +40,7 @@ def _head_grid(rows: Sequence[dict], value: str) -> tuple[np.ndarray, list[str]]
     return grid, labels
 
 
-def _annotated_heatmap(
+def annotated_heatmap(
     ax,
     grid: np.ndarray,
     labels: Sequence[str],
@@ -89,7 +89,7 @@ def decoding_by_head(results: Mapping[str, Any], title: str = "") -> Figure:
     """Left: the decoder's held-out score from each head alone (layer x head). Right: per
     layer, every head together, the drop when one head is left out, beside chance and
     the shuffled-label control."""
-    rows = _require(results, "decoding")
+    rows = require_key(results, "decoding")
     metric = rows[0]["metric"]
     label = metric_label(metric)
     alone = [
@@ -102,7 +102,7 @@ def decoding_by_head(results: Mapping[str, Any], title: str = "") -> Figure:
     left, right = figure.subplots(1, 2, width_ratios=[1.3, 1])
     grid, labels = _head_grid(alone, "test")
     low = min(0.0, float(np.nanmin(grid))) if metric == "r2" else 0.0
-    image = _annotated_heatmap(left, grid, labels, "viridis", low, 1.0, ".2f")
+    image = annotated_heatmap(left, grid, labels, "viridis", low, 1.0, ".2f")
     figure.colorbar(image, ax=left, label=f"held-out {label}")
     chances = {round(r["chance"], 2) for r in rows if r["layer"] != "all"}
     chance = f"chance {chances.pop():.2f}" if len(chances) == 1 else "chance: right panel"
@@ -139,7 +139,7 @@ def code_embedding(
     (a cloud of thousands of codes leaves no empty corner for it), each rule's entry with
     its number of points: rules can be far from equally frequent (the labels of
     ``latentlens.probes.sraven_codes`` are the largest rule of each multiset)."""
-    data = _require(results, "embedding")
+    data = require_key(results, "embedding")
     labels = np.array(data["label"])
     splits = np.array(data["split"])
     ood = splits == ood_split if ood_split else np.char.find(splits.astype(str), "ood") >= 0
@@ -219,7 +219,7 @@ def structure_scores(runs: Mapping[str, ResultsOrSeeds]) -> Figure:
         ("agglomerative", "ami", "agglomerative AMI"),
     ]
     width = 0.8 / len(bars)
-    clustering = [[_require(r, "clustering") for r in group] for group in groups.values()]
+    clustering = [[require_key(r, "clustering") for r in group] for group in groups.values()]
     scores = []
     for index, (method, score, name) in enumerate(bars):
         summaries = [seed_score([c[method][score] for c in group]) for group in clustering]
@@ -240,7 +240,7 @@ def structure_scores(runs: Mapping[str, ResultsOrSeeds]) -> Figure:
     left.legend(frameon=False, fontsize="small", ncols=2)
     left.set_title("clustering of latent codes")
     for i, group in enumerate(groups.values()):
-        topography = [_require(r, "topography") for r in group]
+        topography = [require_key(r, "topography") for r in group]
         mean, std, defined = seed_score([t["rho"] for t in topography])
         height = 0.0 if mean is None else mean
         right.bar(i, height, color="C4", yerr=std, capsize=3)
@@ -285,7 +285,7 @@ def head_ablation(results: Mapping[str, Any], title: str = "") -> Figure:
     """Change in the task metric when each head's output is zeroed (layer x head). Where
     the rows carry standard errors, changes beyond two of them are set in bold and the
     title gives the median standard error."""
-    rows = _require(results, "ablation")
+    rows = require_key(results, "ablation")
     if not rows:
         raise ValueError("the probe results hold no ablation rows")
     grid, labels = _head_grid(rows, "change")
@@ -303,7 +303,7 @@ def head_ablation(results: Mapping[str, Any], title: str = "") -> Figure:
             f"\nbold: beyond 2 standard errors (median {median:{_change_format(median, '')}}; "
             f"noise alone puts {len(rows) * BEYOND_TWO_ERRORS:.1f} of {len(rows)} there)"
         )
-    image = _annotated_heatmap(
+    image = annotated_heatmap(
         ax, grid, labels, "RdBu", -bound, bound, _change_format(largest), bold
     )
     metric = metric_label(rows[0]["metric"])

@@ -17,6 +17,7 @@ from latentlens.models.hook_axes import HOOK_AXES, hook_axes
 from latentlens.models.hooked import HookedModel
 from latentlens.models.hypernetwork import HypernetworkConfig, HypernetworkTransformer
 from latentlens.models.latent import latent_codes, pattern_hook_name
+from latentlens.models.lens_view import LensView
 from latentlens.models.position import (
     RelativePositionBias,
     relative_position_buckets,
@@ -55,6 +56,7 @@ __all__ = [
     "HypernetworkConfig",
     "HypernetworkTransformer",
     "LayerConnection",
+    "LensView",
     "RelativePositionBias",
     "TransformerBlock",
     "TransformerConfig",

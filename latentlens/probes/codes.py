@@ -14,11 +14,13 @@ of keys, with the labels the protocols decode:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from latentlens.models import HookedModel, pattern_hook_name
 from latentlens.probes.extraction import extract
+from latentlens.probes.structure import embed_codes
 from latentlens.tasks import Batch, Task
 from latentlens.tasks.sraven import GRID
 
@@ -129,3 +131,21 @@ def sraven_codes(
         split=split,
         target_kind="classification",
     )
+
+
+def embedding_of(sets: list[CodeSet], method: str, names: list[str] | None) -> dict[str, Any]:
+    """2-D embedding of the last layer's codes of every set, with label and split, and the
+    labels in their natural order (``names``' or numeric) for legends."""
+    codes = torch.cat([s.codes[:, -1].reshape(len(s), -1) for s in sets])
+    points = embed_codes(codes, method)
+    labels = torch.cat([s.groups for s in sets]).tolist()
+    order = sorted(set(labels))
+    return {
+        "method": method,
+        "layer": int(sets[0].codes.shape[1] - 1),
+        "x": points[:, 0].tolist(),
+        "y": points[:, 1].tolist(),
+        "label": [names[i] if names else str(i) for i in labels],
+        "label_order": [names[i] if names else str(i) for i in order],
+        "split": [s.split for s in sets for _ in range(len(s))],
+    }

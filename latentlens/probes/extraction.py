@@ -1,4 +1,5 @@
-"""Streaming extraction: activations at chosen hook points, sliced per batch, with labels.
+"""Streaming extraction: activations at chosen hook points, sliced per batch, with labels,
+from any hooked model and any labelled source (:mod:`latentlens.probes.source`).
 
 Each batch goes through ``run_with_cache`` with a names filter, and only the requested slice
 of each activation is kept (by default the last position of ``[batch, pos, ...]`` streams;
@@ -14,8 +15,8 @@ from typing import Any
 
 import torch
 
-from latentlens.models import HookedModel
-from latentlens.tasks import Batch, Task
+from latentlens.probes.source import HookedLike, LabelledSource, check_hooked
+from latentlens.tasks import Batch
 
 Selector = Callable[[torch.Tensor, Batch], torch.Tensor]
 
@@ -39,8 +40,8 @@ def last_position(activation: torch.Tensor, batch: Batch | None = None) -> torch
 
 @torch.no_grad()
 def extract(
-    model: HookedModel,
-    task: Task,
+    model: HookedLike,
+    source: LabelledSource,
     split: str,
     hook_names: Sequence[str],
     examples: int,
@@ -49,19 +50,20 @@ def extract(
     select: Mapping[str, Selector] | None = None,
     sample_options: Mapping[str, Any] | None = None,
 ) -> Extraction:
-    """Activations of ``hook_names`` on ``examples`` sequences of ``split``.
+    """Activations of ``hook_names`` on ``examples`` examples of ``split``.
 
+    ``model``: any hooked model (a latentlens model, a TransformerLens
+    ``TransformerBridge``); ``source``: any labelled source (a latentlens ``Task``,
+    :class:`~latentlens.probes.TokenPairs`; see :mod:`latentlens.probes.source`).
     ``select`` maps a hook name to a function ``(activation, batch) -> kept slice``
     (default :func:`last_position`); it sees the batch, so the slice may depend on the
-    labels (e.g. where a permuted feature sits). ``sample_options`` go to ``task.sample``
-    (e.g. ``inputs="fixed_query"``). The sequences come from a generator seeded with
-    ``seed`` on the task's device, so the same call gives the same examples. The model is
-    put in eval mode and restored.
+    labels (e.g. where a permuted feature sits). ``sample_options`` go to the source's
+    ``labelled_batches`` (a task's ``sample``, e.g. ``inputs="fixed_query"``). The same
+    call gives the same examples. The model is put in eval mode and restored.
     """
-    task.check_split(split)
-    task.check_batch_size(batch_size)
-    if examples <= 0:
-        raise ValueError(f"examples={examples} is invalid: it must be a positive integer")
+    check_hooked(model)
+    if isinstance(examples, bool) or not isinstance(examples, int) or examples <= 0:
+        raise ValueError(f"examples={examples!r} is invalid: it must be a positive integer")
     unknown = [name for name in hook_names if name not in model.hook_dict]
     if unknown:
         raise ValueError(
@@ -69,7 +71,9 @@ def extract(
         )
     select = dict(select or {})
     wanted = set(hook_names)
-    generator = task.make_generator(seed)
+    batches = source.labelled_batches(
+        split, examples, batch_size, seed, **dict(sample_options or {})
+    )
     was_training = model.training
     model.eval()
     # Outputs are allocated once, at full size, and filled batch by batch: no list of
@@ -78,10 +82,9 @@ def extract(
     labels: dict[str, torch.Tensor] = {}
     seen = 0
     try:
-        while seen < examples:
-            size = min(batch_size, examples - seen)
-            batch = task.sample(size, split, generator, **dict(sample_options or {}))
-            inputs = task.model_inputs(batch)
+        for batch in batches:
+            size = len(batch)
+            inputs = source.model_inputs(batch)
             _, cache = model.run_with_cache(*inputs, names_filter=lambda n: n in wanted)
             kept = {n: select.get(n, last_position)(cache[n], batch) for n in hook_names}
             del cache
@@ -93,6 +96,9 @@ def extract(
             seen += size
     finally:
         model.train(was_training)
+    if seen != examples:
+        name = type(source).__name__
+        raise ValueError(f"{name} gave {seen} examples of {split!r}, not the {examples} asked for")
     return Extraction(activations, labels)
 
 

@@ -1,6 +1,8 @@
 """Interventions over ``run_with_hooks``: ablate a head, patch a query-key pair's latent
 code from other examples, swap the codes of two rules. Each returns the task metric before
-and after, and the change with its standard error."""
+and after, and the change with its standard error. ``model`` is any hooked model and
+``task`` any labelled source (:mod:`latentlens.probes.source`): the source's
+``model_inputs`` feed the model and its ``metrics`` score the output."""
 
 from __future__ import annotations
 
@@ -11,8 +13,9 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from latentlens.models import HookedModel, pattern_hook_name
-from latentlens.tasks import Batch, Task
+from latentlens.models import pattern_hook_name
+from latentlens.probes.source import HookedLike, LabelledSource
+from latentlens.tasks import Batch
 
 Hook = tuple[str, Callable]
 _Z_HOOK = re.compile(r"^(.*)blocks\.(\d+)\.attn\.hook_z$")
@@ -65,7 +68,11 @@ def rows_of(batch: Batch, index: torch.Tensor | slice) -> Batch:
 
 @torch.no_grad()
 def task_metric(
-    model: HookedModel, task: Task, batch: Batch, hooks: list[Hook], metric: str | None = None
+    model: HookedLike,
+    task: LabelledSource,
+    batch: Batch,
+    hooks: list[Hook],
+    metric: str | None = None,
 ) -> MetricReading:
     """``metric`` (default: the task's first, R² or accuracy) on ``batch`` with ``hooks``
     attached (eval mode, restored after), and on :data:`PARTS` contiguous parts of it, read
@@ -100,14 +107,18 @@ def compare(baseline: MetricReading, intervened: MetricReading) -> InterventionR
 
 
 def measure(
-    model: HookedModel, task: Task, batch: Batch, hooks: list[Hook], metric: str | None = None
+    model: HookedLike,
+    task: LabelledSource,
+    batch: Batch,
+    hooks: list[Hook],
+    metric: str | None = None,
 ) -> InterventionResult:
     """The metric on ``batch`` without and with ``hooks``."""
     baseline = task_metric(model, task, batch, [], metric)
     return compare(baseline, task_metric(model, task, batch, hooks, baseline.metric))
 
 
-def _head_ablation(model: HookedModel, layer: int, head: int, mode: str, prefix: str) -> Hook:
+def _head_ablation(model: HookedLike, layer: int, head: int, mode: str, prefix: str) -> Hook:
     """The hook that replaces head ``head``'s ``z`` in ``layer`` (see :func:`ablate_head`)."""
     if mode not in ("zero", "mean"):
         raise ValueError(f"mode={mode!r} is invalid: choose 'zero' or 'mean'")
@@ -126,8 +137,8 @@ def _head_ablation(model: HookedModel, layer: int, head: int, mode: str, prefix:
 
 
 def ablate_head(
-    model: HookedModel,
-    task: Task,
+    model: HookedLike,
+    task: LabelledSource,
     batch: Batch,
     layer: int,
     head: int,
@@ -141,7 +152,11 @@ def ablate_head(
 
 
 def head_ablation_table(
-    model: HookedModel, task: Task, batch: Batch, mode: str = "zero", metric: str | None = None
+    model: HookedLike,
+    task: LabelledSource,
+    batch: Batch,
+    mode: str = "zero",
+    metric: str | None = None,
 ) -> list[dict[str, float | int | str]]:
     """Rows ``{"prefix", "layer", "head", "metric", "baseline", "intervened",
     "standard_error", "change"}``
@@ -167,14 +182,14 @@ def head_ablation_table(
     return rows
 
 
-def _pattern_hook(model: HookedModel, layer: int, prefix: str, module: str) -> str:
+def _pattern_hook(model: HookedLike, layer: int, prefix: str, module: str) -> str:
     name = pattern_hook_name(layer, prefix, module)
     if name not in model.hook_dict:
         raise ValueError(f"layer={layer} has no such attention ({name} is not a hook point)")
     return name
 
 
-def _pattern(model: HookedModel, task: Task, batch: Batch, name: str) -> torch.Tensor:
+def _pattern(model: HookedLike, task: LabelledSource, batch: Batch, name: str) -> torch.Tensor:
     """The attention weights of hook ``name`` on ``batch``: ``[batch, head, query, key]``."""
     with torch.no_grad():
         _, cache = model.run_with_cache(*task.model_inputs(batch), names_filter=[name])
@@ -182,8 +197,8 @@ def _pattern(model: HookedModel, task: Task, batch: Batch, name: str) -> torch.T
 
 
 def patch_latent_code(
-    model: HookedModel,
-    task: Task,
+    model: HookedLike,
+    task: LabelledSource,
     batch: Batch,
     source: Batch,
     layer: int,
@@ -211,8 +226,8 @@ def patch_latent_code(
 
 
 def swap_rule_codes(
-    model: HookedModel,
-    task: Task,
+    model: HookedLike,
+    task: LabelledSource,
     batch: Batch,
     rules: torch.Tensor,
     rule_a: int,

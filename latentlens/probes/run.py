@@ -21,11 +21,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import torch
 from tqdm.auto import tqdm
 
 from latentlens.models.registry import resolve_model_kind
-from latentlens.probes.codes import CodeSet, fuzzy_logic_codes, sraven_codes, sraven_key_positions
+from latentlens.probes.codes import (
+    CodeSet,
+    embedding_of,
+    fuzzy_logic_codes,
+    sraven_codes,
+    sraven_key_positions,
+)
 from latentlens.probes.decoding import decoding_table
 from latentlens.probes.interventions import head_ablation_table, patch_latent_code, swap_rule_codes
 from latentlens.probes.structure import (
@@ -33,7 +38,6 @@ from latentlens.probes.structure import (
     CLUSTERINGS,
     all_identical,
     cluster_scores,
-    embed_codes,
     topographic_similarity,
 )
 from latentlens.probes.tracking import LatentDecodingTracker
@@ -55,24 +59,6 @@ def read_probe_results(run_dir: str | Path) -> dict[str, Any]:
     if not path.is_file():
         raise ValueError(f"{run_dir} has no {path.name}: run `latentlens probe {run_dir}` first")
     return json.loads(path.read_text())
-
-
-def _embedding(sets: list[CodeSet], method: str, names: list[str] | None) -> dict[str, Any]:
-    """2-D embedding of the last layer's codes of every set, with label and split, and the
-    labels in their natural order (``names``' or numeric) for legends."""
-    codes = torch.cat([s.codes[:, -1].reshape(len(s), -1) for s in sets])
-    points = embed_codes(codes, method)
-    labels = torch.cat([s.groups for s in sets]).tolist()
-    order = sorted(set(labels))
-    return {
-        "method": method,
-        "layer": int(sets[0].codes.shape[1] - 1),
-        "x": points[:, 0].tolist(),
-        "y": points[:, 1].tolist(),
-        "label": [names[i] if names else str(i) for i in labels],
-        "label_order": [names[i] if names else str(i) for i in order],
-        "split": [s.split for s in sets for _ in range(len(s))],
-    }
 
 
 def _structure(codes: CodeSet) -> dict[str, Any]:
@@ -103,7 +89,7 @@ def probe_fuzzy_logic(trainer: Trainer, examples: int, embedding: str, step: Cal
     step("decoding")
     results.update(_structure(codes))
     step("structure")
-    results["embedding"] = _embedding([codes], embedding, None)
+    results["embedding"] = embedding_of([codes], embedding, None)
     batch = task.sample(min(examples, 1024), "test", task.make_generator(7))
     results["ablation"] = head_ablation_table(model, task, batch)
     source = task.sample(len(batch), "test", task.make_generator(8))
@@ -131,7 +117,7 @@ def probe_sraven(trainer: Trainer, examples: int, embedding: str, step: Callable
     step("decoding")
     results.update(_structure(test))
     step("structure")
-    results["embedding"] = _embedding([fit, test], embedding, list(RULE_NAMES))
+    results["embedding"] = embedding_of([fit, test], embedding, list(RULE_NAMES))
     batch = task.sample(min(examples, 512), "ood_unpermuted", task.make_generator(7))
     results["ablation"] = head_ablation_table(model, task, batch, metric="feature_accuracy")
     rules = batch.labels["answer_rules"][:, -1]

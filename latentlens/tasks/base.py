@@ -135,6 +135,28 @@ class Task:
         while True:
             yield self.sample(batch_size, split, generator=generator)
 
+    def labelled_batches(
+        self,
+        split: str,
+        examples: int,
+        batch_size: int = 256,
+        seed: int = 0,
+        **sample_options: Any,
+    ) -> Iterator[Batch]:
+        """``examples`` examples of ``split`` in batches of at most ``batch_size``, from a
+        generator seeded with ``seed`` on the task's device (the same call gives the same
+        examples); ``sample_options`` go to :meth:`sample`. What the probes read: this, with
+        :meth:`model_inputs` and :meth:`metrics`, is the
+        :class:`latentlens.probes.LabelledSource` protocol."""
+        self.check_split(split)
+        self.check_batch_size(batch_size)
+        if isinstance(examples, bool) or not isinstance(examples, int) or examples <= 0:
+            raise ValueError(f"examples={examples!r} is invalid: it must be a positive integer")
+        generator = self.make_generator(seed)
+        for start in range(0, examples, batch_size):
+            size = min(batch_size, examples - start)
+            yield self.sample(size, split, generator, **sample_options)
+
     @property
     def eval_splits(self) -> tuple[str, ...]:
         """The splits a trainer evaluates, in order (default: every split)."""

@@ -1,0 +1,52 @@
+"""``latentlens atlas MODEL``: the latent-code report of a language model."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from latentlens.devices import DEVICE_CHOICES
+
+
+def add_atlas_parser(commands: argparse._SubParsersAction) -> None:
+    atlas = commands.add_parser(
+        "atlas",
+        help="the latent-code report of a Hugging Face language model on generated "
+        "repeated-token pairs (decoding ID->OOD, clustering, heads, ablations)",
+        description="Boot MODEL as a TransformerLens TransformerBridge (a hub name such as "
+        "gpt2 needs internet once; a folder written with save_pretrained works offline), "
+        "generate repeated-token pairs (duplicate / induction / unrelated keys at three "
+        "distances, three combinations held out) and write the atlas of its latent codes: "
+        "OUT/report.md, OUT/report.html, OUT/results.json and OUT/figures/.",
+    )
+    atlas.add_argument("model", metavar="MODEL", help="hub name (e.g. gpt2) or model folder")
+    atlas.add_argument("--out", type=Path, help="default: runs/atlas/<model name>")
+    atlas.add_argument("--examples", type=int, default=3000, help="pairs (default: %(default)s)")
+    atlas.add_argument("--seq-len", type=int, default=32, help="tokens per sequence (default: 32)")
+    atlas.add_argument("--seed", type=int, default=0)
+    atlas.add_argument(
+        "--random-weights", action="store_true", help="the architecture with random weights"
+    )
+    atlas.add_argument("--no-ablation", action="store_true", help="skip the head ablations")
+    atlas.add_argument("--device", choices=DEVICE_CHOICES, default="auto")
+    atlas.set_defaults(handler=run_atlas_command)
+
+
+def run_atlas_command(args: argparse.Namespace) -> int:
+    from latentlens.atlas_report import run_atlas  # noqa: PLC0415 (imports transformers)
+
+    out = args.out or Path("runs/atlas") / Path(args.model.rstrip("/")).name
+    results = run_atlas(
+        args.model, out, args.examples, args.seq_len, args.device, args.seed,
+        args.random_weights, not args.no_ablation,
+    )  # fmt: skip
+    overall = results["decoding"][0]
+    print(
+        f"relation decoded from every code: ID {overall['id_test']:.3f}, OOD "
+        f"{overall['test']:.3f} (chance {overall['chance']:.3f}, shuffled labels "
+        f"{overall['shuffled']:.3f})"
+    )
+    for note in results["degenerate"]:
+        print(f"warning: {note}")
+    print(f"report: {out / 'report.html'} and {out / 'report.md'}")
+    return 0

@@ -1,0 +1,53 @@
+"""`latentlens atlas` through the real entry point, on a tiny GPT-2 the test writes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from latentlens.pretrained import write_tiny_gpt2
+
+
+def latentlens(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    return subprocess.run([sys.executable, "-m", "latentlens", *args], capture_output=True,
+                          text=True, timeout=600, env=env)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory: pytest.TempPathFactory):
+    return write_tiny_gpt2(tmp_path_factory.mktemp("gpt2"), vocab_size=64)
+
+
+def test_atlas_writes_its_report(folder, tmp_path) -> None:
+    out = tmp_path / "atlas"
+    done = latentlens("atlas", str(folder), "--out", str(out), "--examples", "600",
+                      "--device", "cpu")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "relation decoded from every code: ID" in done.stdout
+    results = json.loads((out / "results.json").read_text())
+    assert results["layers"] == 2 and results["heads"] == 4
+    assert results["pairs"] == {"id": 400, "ood": 200}
+    assert len(results["ablation"]) == 8
+    page = (out / "report.html").read_text()
+    assert page.count("<img src='data:image/png;base64,") == 4  # the four figures
+    markdown = (out / "report.md").read_text()
+    for figure in ("decoding_by_head", "relation_weights", "code_embedding", "head_ablation"):
+        assert f"figures/{figure}.png" in markdown
+        assert (out / "figures" / f"{figure}.png").is_file()
+
+
+def test_atlas_refuses_bad_input_in_one_line(tmp_path) -> None:
+    for args, message in (
+        (["/no/such/model"], "no folder /no/such/model"),
+        ([str(tmp_path)], "the folder holds no Hugging Face model"),
+        (["gpt2"], "a hub name needs internet or the Hugging Face cache"),
+    ):
+        done = latentlens("atlas", *args, "--out", str(tmp_path / "out"), "--device", "cpu")
+        assert done.returncode == 2, done.stderr
+        assert message in done.stderr and "Traceback" not in done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1, done.stderr
