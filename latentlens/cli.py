@@ -7,18 +7,20 @@ import os
 import sys
 from collections.abc import Sequence
 
-import torch
-
 from latentlens import __version__
 from latentlens.cli_analysis import add_analysis_parsers
 from latentlens.cli_atlas import add_atlas_parser
+from latentlens.cli_choices import (
+    DEVICE_CHOICES,
+    MODEL_CHOICES,
+    TASK_ALIASES,
+    TASK_CHOICES,
+    VARIANT_NAMES,
+)
 from latentlens.cli_connect import add_connect_parser
 from latentlens.cli_sweep import add_sweep_parser
-from latentlens.cli_training import MODEL_CHOICES, add_eval_parser, add_train_parser
-from latentlens.devices import DEVICE_CHOICES, resolve_device
-from latentlens.models import VARIANTS, build_model, canonical_kind, hook_axes
-from latentlens.tasks import TASK_ALIASES, TASKS, make_task
-from latentlens.training import model_for_task
+from latentlens.cli_training import add_eval_parser, add_train_parser
+from latentlens.threads import ENVIRONMENT, quiet_waiting, use_threads
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -30,6 +32,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"latentlens {__version__}")
     parser.add_argument(
         "--debug", action="store_true", help="show the Python traceback of an unexpected error"
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        help=f"CPU threads per run (default: ${ENVIRONMENT}, else the CPUs this process may use "
+        "less those busy with other work, one for tiny models)",
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
@@ -43,7 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     inspect.add_argument(
         "--preset",
-        choices=sorted([*TASKS, *TASK_ALIASES]),
+        choices=TASK_CHOICES,
         default="fuzzy-logic",
         help="which task's default model, fed that task's batch (default: %(default)s)",
     )
@@ -55,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     inspect.add_argument(
         "--attention",
-        choices=["all", *sorted(VARIANTS)],
+        choices=["all", *VARIANT_NAMES],
         default="all",
         help="attention variant, or all (default: %(default)s)",
     )
@@ -81,6 +89,13 @@ DEFAULT_VARIANT = "softmax"  # TransformerConfig's default attention
 
 
 def run_inspect(args: argparse.Namespace) -> int:
+    import torch
+
+    from latentlens.devices import resolve_device
+    from latentlens.models import VARIANTS, build_model, canonical_kind, hook_axes
+    from latentlens.tasks import make_task
+    from latentlens.training import model_for_task
+
     if args.batch <= 0:
         raise ValueError(f"--batch={args.batch} is invalid: it must be a positive integer")
     device = resolve_device(args.device)
@@ -134,7 +149,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if getattr(args, "task", None) in TASK_ALIASES:
         args.task = TASK_ALIASES[args.task]
+    quiet_waiting()  # before torch is first imported
     try:
+        if args.threads is not None:
+            if args.threads < 1:
+                raise ValueError(f"--threads {args.threads} is invalid: give a positive integer")
+            os.environ[ENVIRONMENT] = str(args.threads)  # for this run and its workers
+        if args.command != "sweep":  # a sweep's runs get a core each, in their workers
+            use_threads()
         return args.handler(args)
     except ValueError as err:
         print(f"latentlens {args.command}: error: {err}", file=sys.stderr)

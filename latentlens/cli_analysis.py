@@ -6,11 +6,10 @@ import argparse
 import os
 from pathlib import Path
 
-from latentlens.devices import DEVICE_CHOICES
-from latentlens.figures.axes import metric_label
-from latentlens.figures.probes import BEYOND_TWO_ERRORS, beyond_noise, seed_score
-from latentlens.figures.save import MATPLOTLIB_FORMATS
-from latentlens.training.run_dir import require_distinct, seeds_of_one_config
+from latentlens.cli_choices import DEVICE_CHOICES, EMBEDDINGS, MATPLOTLIB_FORMATS
+
+# The parser is built from plain strings; the functions that run a command import the
+# library (torch, matplotlib, scikit-learn), so that --help answers at once.
 
 
 def add_analysis_parsers(commands: argparse._SubParsersAction) -> None:
@@ -27,7 +26,7 @@ def add_analysis_parsers(commands: argparse._SubParsersAction) -> None:
     )
     probe.add_argument("run_dir", type=Path, nargs="+", metavar="RUN_DIR")
     probe.add_argument("--examples", type=int, default=2048, help="examples per code set")
-    probe.add_argument("--embedding", choices=["pca", "umap"], default="pca")
+    probe.add_argument("--embedding", choices=EMBEDDINGS, default="pca")
     probe.add_argument("--checkpoint", type=int, help="step (default: the newest)")
     probe.add_argument("--device", choices=DEVICE_CHOICES, default="auto")
     probe.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -67,7 +66,7 @@ def add_analysis_parsers(commands: argparse._SubParsersAction) -> None:
     demo.add_argument("--out", type=Path, default=Path("runs/demo"), help="default: %(default)s")
     demo.add_argument("--size", choices=["small", "tiny"], default="small")
     demo.add_argument("--steps", type=int, help="training steps (default: the size's)")
-    demo.add_argument("--embedding", choices=["pca", "umap"], default="pca")
+    demo.add_argument("--embedding", choices=EMBEDDINGS, default="pca")
     demo.add_argument("--device", choices=DEVICE_CHOICES, default="auto")
     demo.add_argument("--quiet", action="store_true", help="no progress bars")
     demo.set_defaults(handler=run_demo_command)
@@ -75,6 +74,7 @@ def add_analysis_parsers(commands: argparse._SubParsersAction) -> None:
 
 def run_probe(args: argparse.Namespace) -> int:
     from latentlens.probes.run import check_probe_run, probe_run
+    from latentlens.training.run_dir import require_distinct, seeds_of_one_config
 
     if args.examples < 4:
         raise ValueError(f"--examples={args.examples} is too few; use at least 4")
@@ -96,6 +96,13 @@ def run_probe(args: argparse.Namespace) -> int:
 def print_probe_results(run: Path, results: dict) -> None:
     """The main scores of one run's probe results, a line each."""
     print(f"probe results: {run / 'probes' / 'results.json'}")
+    for split, metrics in results.get("evaluation", {}).items():
+        shown = [
+            f"{name} {value:.3f} ± {metrics[name + '_se']:.3f}"
+            for name, value in metrics.items()
+            if not name.endswith("_se") and name != "loss" and f"{name}_se" in metrics
+        ]
+        print(f"{split}: {', '.join(shown)} (± standard error over evaluation batches)")
     for row in results.get("decoding", [])[:1]:
         print(
             f"decoding ({row['metric']}, every layer and head): held out {row['test']:.3f}, "
@@ -126,12 +133,17 @@ def print_probe_results(run: Path, results: dict) -> None:
     for row in results.get("rule_swaps", []):
         print(f"codes of {row['rules'][0]} and {row['rules'][1]} swapped (layer {row['layer']}): "
               f"{_change(row)}")  # fmt: skip
+    for note in results.get("health", []):
+        print(f"warning: {note['message']}")
 
 
 def summary_scores(results: dict) -> dict[str, float | None]:
     """One run's headline probe scores (``None``: undefined, e.g. constant codes): decoding
     from every layer and head with its chance level, or z's best OOD R² over the decoding
     sites; k-means ARI; topographic ρ; heads beyond two standard errors when ablated."""
+    from latentlens.figures.axes import metric_label
+    from latentlens.figures.probes import beyond_noise
+
     scores: dict[str, float | None] = {}
     for row in results.get("decoding", [])[:1]:
         label = metric_label(row["metric"])
@@ -181,6 +193,8 @@ def _score(value: float | None) -> str:
 
 
 def _mean_std(values: list[float | None]) -> str:
+    from latentlens.figures.probes import seed_score
+
     mean, std, defined = seed_score(values)
     if std is None:
         return "n/a"
@@ -190,6 +204,8 @@ def _mean_std(values: list[float | None]) -> str:
 
 def _change(row: dict) -> str:
     """``metric change ± standard error`` of an intervention's result."""
+    from latentlens.figures.axes import metric_label
+
     error = row.get("standard_error")
     return (
         f"{metric_label(row['metric'])} {row['baseline']:.3f} -> {row['intervened']:.3f}, "
@@ -200,6 +216,9 @@ def _change(row: dict) -> str:
 def ablation_summary(rows: list[dict]) -> str:
     """One line: the head whose zeroing changes the metric most, with its standard error,
     and how many heads change it by more than two standard errors."""
+    from latentlens.figures.axes import metric_label
+    from latentlens.figures.probes import BEYOND_TWO_ERRORS, beyond_noise
+
     top = max(rows, key=lambda r: abs(r["change"]))
     line = (
         f"head ablation ({metric_label(top['metric'])}, baseline {top['baseline']:.3f}): "

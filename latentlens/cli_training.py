@@ -8,33 +8,25 @@ import statistics
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from latentlens.devices import DEVICE_CHOICES
-from latentlens.models import MODEL_ALIASES, MODEL_KINDS, VARIANTS, canonical_kind
-from latentlens.models.encoder_decoder import FUSE_CHOICES
-from latentlens.models.fusion import CONNECTIONS
-from latentlens.tasks import SUPPORTS, TASK_ALIASES, TASKS
-from latentlens.training import (
+from latentlens.cli_choices import (
+    CONNECTIONS,
+    DEVICE_CHOICES,
+    FUSE_CHOICES,
+    LOGGERS,
+    MODEL_CHOICES,
     PRECISIONS,
-    RESUME_CHANGEABLE,
-    RunDirectory,
-    SeedGroup,
-    TrainConfig,
-    Trainer,
-    TrainingDiverged,
-    list_checkpoints,
-    model_for_task,
-    seed_configs,
+    SUPPORTS,
+    TASK_CHOICES,
+    VARIANT_NAMES,
 )
-from latentlens.training.checkpoint import select_checkpoint
-from latentlens.training.distributed import shutdown_distributed
-from latentlens.training.loggers import LOGGERS, experiment_loggers
-from latentlens.training.run_dir import require_distinct, seeds_of_one_config
 
-# The names --model takes (train and inspect): every kind, its aliases, and translation's
-# "fusion" (the encoder-decoder with fuse-attention).
-MODEL_CHOICES = sorted([*MODEL_KINDS, *MODEL_ALIASES, "fusion"])
+if TYPE_CHECKING:
+    from latentlens.training import Trainer
+
+# The parser is built from plain strings; the library (torch, the models, the trainer) is
+# imported by the functions that run a command, so that --help answers at once.
 MODEL_FLAGS = {"d_model": int, "n_layers": int, "n_heads": int, "qk_dim": int, "v_dim": int,
                "d_mlp": int, "attention_dropout": float, "activation": str}  # fmt: skip
 TRAIN_FLAGS = {"steps": int, "batch_size": int, "lr": float, "weight_decay": float,
@@ -64,10 +56,10 @@ def add_train_parser(commands: argparse._SubParsersAction) -> None:
     )
     train.add_argument(
         "--task",
-        choices=sorted([*TASKS, *TASK_ALIASES]),
+        choices=TASK_CHOICES,
         help="default: fuzzy-logic (cognition is the translation task)",
     )
-    train.add_argument("--attention", choices=sorted(VARIANTS), help="default: softmax")
+    train.add_argument("--attention", choices=VARIANT_NAMES, help="default: softmax")
     train.add_argument(
         "--model",
         choices=MODEL_CHOICES,
@@ -164,7 +156,8 @@ def add_eval_parser(commands: argparse._SubParsersAction) -> None:
         "eval",
         help="print the metrics of a trained run",
         description="Evaluate a trained run's checkpoint on its task's splits and print a "
-        "metrics table. Given several runs, a table each and, where the runs differ only in "
+        "metrics table, each value ± its standard error over the evaluation batches. Given "
+        "several runs, a table each and, where the runs differ only in "
         "their seed, each split's mean ± std over them.",
     )
     evaluate.add_argument("run_dir", type=Path, nargs="+", metavar="RUN_DIR")
@@ -245,6 +238,8 @@ def apply_config_defaults(args: argparse.Namespace, file: ConfigFile) -> None:
 
 def resolve_run_config(args: argparse.Namespace, file: ConfigFile) -> dict[str, Any]:
     """The resolved config of a new run: ``file``'s sections, then the flags."""
+    from latentlens.training import TrainConfig, Trainer, model_for_task
+
     sections = file.sections
     model = {**sections["model"], "attention": args.attention}
     model.update({k: getattr(args, k) for k in MODEL_FLAGS if getattr(args, k) is not None})
@@ -264,9 +259,19 @@ def resolve_run_config(args: argparse.Namespace, file: ConfigFile) -> dict[str, 
 
 
 def run_train(args: argparse.Namespace) -> int:
-    # Here, not at the top: the probes import scikit-learn, which `eval`, `inspect` and
-    # `--help` would otherwise load for nothing (about 2 s).
+    from latentlens.models import canonical_kind
     from latentlens.probes import tracking_callbacks
+    from latentlens.threads import use_threads, work_of
+    from latentlens.training import (
+        RESUME_CHANGEABLE,
+        RunDirectory,
+        SeedGroup,
+        Trainer,
+        TrainingDiverged,
+        seed_configs,
+    )
+    from latentlens.training.distributed import shutdown_distributed
+    from latentlens.training.loggers import experiment_loggers
 
     runtime: dict[str, Any] = dict(
         device=args.device,
@@ -305,6 +310,7 @@ def run_train(args: argparse.Namespace) -> int:
             apply_config_defaults(args, file)
             canonical_kind(args.task, args.model)  # a clear error for an unknown kind
             config = resolve_run_config(args, file)
+            use_threads(work=work_of(config))  # one thread for a model too small to split
             kind = "" if args.model in ("transformer", "vanilla") else f"{args.model}-"
             if args.seeds:
                 base = args.run_dir or f"runs/{args.task}-{kind}{args.attention}"
@@ -359,6 +365,8 @@ def run_train(args: argparse.Namespace) -> int:
 def continues(run_dir: str, config: dict[str, Any]) -> bool:
     """Whether ``run_dir`` holds an unfinished run of ``config`` (so that the command that
     started it, given a time budget, continues it)."""
+    from latentlens.training import RunDirectory
+
     directory = RunDirectory(run_dir)
     if not directory.config_path.is_file():
         return False
@@ -374,6 +382,8 @@ def continues(run_dir: str, config: dict[str, Any]) -> bool:
 
 def interrupted_message(trainers: list[Trainer]) -> str:
     """What a Ctrl-C left: each run's newest checkpoint, and how to continue."""
+    from latentlens.training import list_checkpoints
+
     runs = [str(t.run_dir.path) for t in trainers]
     saved = [list_checkpoints(t.run_dir.checkpoints) for t in trainers]
     if not all(saved):
@@ -390,6 +400,9 @@ def interrupted_message(trainers: list[Trainer]) -> str:
 
 def check_resume_flags(args: argparse.Namespace, stored: dict[str, Any], run: str) -> None:
     """With --resume, every config flag given must equal the stored run's value."""
+    from latentlens.models import canonical_kind
+    from latentlens.training import RESUME_CHANGEABLE
+
     if args.config is not None:
         raise ValueError(
             "--config cannot be combined with --resume: the run's config.json is the config"
@@ -421,6 +434,10 @@ def check_resume_flags(args: argparse.Namespace, stored: dict[str, Any], run: st
 
 
 def run_eval(args: argparse.Namespace) -> int:
+    from latentlens.training import RunDirectory, Trainer
+    from latentlens.training.checkpoint import select_checkpoint
+    from latentlens.training.run_dir import require_distinct, seeds_of_one_config
+
     runs: list[Path] = args.run_dir
     require_distinct(runs)
     for run in runs:  # every refusal before the first evaluation
@@ -433,7 +450,8 @@ def run_eval(args: argparse.Namespace) -> int:
         for split in splits:
             trainer.task.check_split(split)
         records = [
-            {"step": trainer.step, "split": s, **trainer.evaluate(s, args.examples)} for s in splits
+            {"step": trainer.step, "split": s, **trainer.evaluate(s, args.examples, errors=True)}
+            for s in splits
         ]
         print(f"run {trainer.run_dir.path}, checkpoint step {trainer.step}")
         print_table(records)
@@ -449,7 +467,7 @@ def print_seed_summary(runs: list[list[dict[str, Any]]]) -> None:
     left, and then there is nothing to summarise)."""
     if len(runs) < 2 or not all(runs):
         return
-    names = [k for k in runs[0][0] if k not in ("step", "split")]
+    names = [k for k in runs[0][0] if k not in ("step", "split") and not k.endswith("_se")]
     by_split = [{record["split"]: record for record in records} for records in runs]
     rows = {}
     for split in by_split[0]:
@@ -460,11 +478,19 @@ def print_seed_summary(runs: list[list[dict[str, Any]]]) -> None:
 
 
 def print_table(records: list[dict[str, Any]]) -> None:
+    """A split per row; a value ``name`` with a ``name_se`` beside it is printed as
+    ``value ± standard error``."""
     if not records:
         return
-    names = [k for k in records[0] if k not in ("step", "split")]
-    rows = {record["split"]: [f"{record[n]:.4f}" for n in names] for record in records}
-    _print_split_rows(names, rows, 18)
+    names = [k for k in records[0] if k not in ("step", "split") and not k.endswith("_se")]
+
+    def cell(record: dict[str, Any], name: str) -> str:
+        error = record.get(f"{name}_se")
+        return f"{record[name]:.4f}" + ("" if error is None else f" ± {error:.4f}")
+
+    rows = {record["split"]: [cell(record, n) for n in names] for record in records}
+    width = 22 if any(f"{n}_se" in records[0] for n in names) else 18
+    _print_split_rows(names, rows, width)
 
 
 def _print_split_rows(names: list[str], rows: dict[str, list[str]], cell_width: int) -> None:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import torch
 
-DEVICE_CHOICES = ("auto", "cpu", "cuda")
+from latentlens.cli_choices import DEVICE_CHOICES
+
+__all__ = ["DEVICE_CHOICES", "resolve_device"]
 
 
 def resolve_device(name: str = "auto") -> torch.device:

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from latentlens.cli import main
 from latentlens.demo import SIZES, train_variant
 from latentlens.tasks import RULE_NAMES
@@ -28,11 +30,21 @@ def test_demo_at_tiny_size_writes_runs_figures_and_reports(tmp_path: Path, capsy
         results = json.loads((out / variant / "probes" / "results.json").read_text())
         assert results["attention"] == variant and results["step"] == 10
         assert {"decoding", "clustering", "topography", "embedding", "ablation"} <= set(results)
+        # No empty panel: codes that do not vary are said to, not drawn as one dot.
+        embedding = results["embedding"]
+        assert "note" in embedding or max(embedding["x"]) - min(embedding["x"]) > 1e-6
+        # One evaluation set for the table and the ablations, with standard errors.
+        test = results["evaluation"]["test"]
+        assert test["r2_se"] > 0 and results["ablation"][0]["baseline"] == pytest.approx(
+            test["r2"], abs=1e-5
+        )
         for name in ("metrics.png", "decoding_by_head.svg", "code_embedding.html",
                      "code_embedding_interactive.html", "head_ablation.png"):  # fmt: skip
             assert (out / variant / "figures" / name).is_file(), name
     report = (out / "report.md").read_text()
     assert "## What was run" in report and "| HYLA |" in report
+    assert "official test R² at 50,000 steps" in report and "far from converged" in report
+    assert re.search(r"\| HYLA \| -?\d+\.\d{3} ± \d\.\d{3} \|", report)  # R² ± error
     # tiny: 2 layers x 4 heads; noise alone puts 4.55% of them beyond two standard errors
     assert "| heads that matter |" in report and "noise alone would put 0.4 of 8 heads" in report
     assert re.search(r"\| [0-8] of 8 \|", report)

@@ -27,6 +27,7 @@ from latentlens.devices import resolve_device
 from latentlens.probes import tracking_callbacks
 from latentlens.probes.run import probe_run
 from latentlens.sweep.run import ray_map
+from latentlens.threads import available_cpus, choose_threads
 from latentlens.training import RunDirectory, list_checkpoints, train_or_resume
 
 TIMINGS = "timings.json"
@@ -114,7 +115,7 @@ def train_all(
         raise ValueError(f"jobs={jobs}: at least one job is needed")
     timings_file = out / TIMINGS
     timings = json.loads(timings_file.read_text()) if timings_file.is_file() else {}
-    threads = max((os.cpu_count() or 1) // jobs, 1) if jobs > 1 else torch.get_num_threads()
+    threads = max(available_cpus() // jobs, 1) if jobs > 1 else choose_threads()
     runtime = Runtime(device, threads, deadline)
     unique = list({spec.path: spec for spec in specs}.values())  # experiments share bases
     bases = {spec.init_from for spec in unique}

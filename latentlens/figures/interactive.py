@@ -6,10 +6,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import plotly.graph_objects as go
-from plotly.colors import qualitative
 
 from latentlens.figures.axes import log_scaled, metric_label, metric_range, padded
-from latentlens.figures.probes import legend_order
+from latentlens.figures.probes import label_colours, legend_order
 from latentlens.figures.training import (
     RunOrSeeds,
     as_run_list,
@@ -22,17 +21,28 @@ from latentlens.figures.training import (
 
 
 def code_embedding_plotly(results: Mapping[str, Any], title: str = "") -> go.Figure:
-    """The 2-D embedding of latent codes, one trace per rule (click the legend to hide
-    one); out-of-distribution points are crosses in their rule's colour. The colours are
-    :func:`~latentlens.figures.code_embedding`'s (matplotlib's ``tab10``, plotly's ``D3``),
-    and each entry gives its number of points."""
+    """The 2-D embedding of latent codes, one trace per label (click the legend to hide
+    one); out-of-distribution points are crosses in their label's colour. The colours are
+    :func:`~latentlens.figures.code_embedding`'s (:func:`label_colours`), and each entry
+    gives its number of points."""
     if "embedding" not in results:
         raise ValueError("the probe results have no 'embedding'; run `latentlens probe` first")
     data = results["embedding"]
     figure = go.Figure()
+    if "note" in data:  # codes that do not vary: say so rather than draw one dot
+        figure.add_annotation(text=data["note"], showarrow=False, x=0.5, y=0.5,
+                              xref="paper", yref="paper")  # fmt: skip
+        figure.update_layout(
+            title=title or f"latent codes, layer {data['layer']}",
+            template="plotly_white",
+            xaxis_visible=False,
+            yaxis_visible=False,
+        )
+        return figure
     names = legend_order(data)
-    for index, name in enumerate(names):
-        colour = qualitative.D3[index % len(qualitative.D3)]
+    colour_of = label_colours(names)
+    for name in names:
+        colour = colour_of[name]
         for is_ood in (False, True):
             rows = [
                 i for i, (label, split) in enumerate(zip(data["label"], data["split"], strict=True))
@@ -63,7 +73,7 @@ def code_embedding_plotly(results: Mapping[str, Any], title: str = "") -> go.Fig
         xaxis_title=f"{method} 1",
         yaxis_title=f"{method} 2",
         template="plotly_white",
-        legend_title="rule",
+        legend_title=data.get("label_kind", "rule"),
     )
     return figure
 

@@ -9,9 +9,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
-from matplotlib.colors import to_rgba_array
+from matplotlib import colormaps
+from matplotlib.colors import to_hex, to_rgba_array
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
+from matplotlib.patches import Rectangle
 
 from latentlens.figures.axes import metric_label
 
@@ -40,6 +42,13 @@ def _head_grid(rows: Sequence[dict], value: str) -> tuple[np.ndarray, list[str]]
     return grid, labels
 
 
+def cell_text(value: float, fmt: str) -> str:
+    """``value`` formatted, where a value that rounds to zero reads "0.00" (or "+0.00"),
+    never "-0.00"."""
+    text = format(value, fmt)
+    return text.replace("-", "+" if "+" in fmt else "") if float(text) == 0 else text
+
+
 def annotated_heatmap(
     ax,
     grid: np.ndarray,
@@ -57,8 +66,7 @@ def annotated_heatmap(
         if np.isfinite(value):
             red, green, blue, _ = image.cmap(image.norm(value))
             dark = 0.299 * red + 0.587 * green + 0.114 * blue < 0.5  # perceived luminance
-            # + 0.0 turns -0.0 (a change of exactly nothing) into 0.0: "+0.00", not "-0.00"
-            ax.text(j, i, format(value + 0.0, fmt), ha="center", va="center", fontsize=7,
+            ax.text(j, i, cell_text(value, fmt), ha="center", va="center", fontsize=7,
                     color="white" if dark else "black",
                     fontweight="bold" if bold is not None and bold[i, j] else "normal")  # fmt: skip
     ax.set_xticks(range(grid.shape[1]))
@@ -83,6 +91,20 @@ def legend_order(embedding: Mapping[str, Any]) -> list[str]:
     present = dict.fromkeys(embedding["label"])
     order = [name for name in embedding.get("label_order", []) if name in present]
     return order + [name for name in present if name not in order]
+
+
+def label_colours(names: Sequence[str]) -> dict[str, str]:
+    """A distinct colour (hex) per label: matplotlib's ``tab10`` up to 10 labels, ``tab20``
+    up to 20, and beyond, evenly spaced hues of ``turbo``: never a cycle that gives two
+    labels one colour."""
+    count = len(names)
+    if count <= 10:
+        colours = [colormaps["tab10"](i) for i in range(count)]
+    elif count <= 20:
+        colours = [colormaps["tab20"](i) for i in range(count)]
+    else:
+        colours = [colormaps["turbo"](0.05 + 0.9 * i / (count - 1)) for i in range(count)]
+    return {name: to_hex(colour) for name, colour in zip(names, colours, strict=True)}
 
 
 def decoding_by_head(results: Mapping[str, Any], title: str = "") -> Figure:
@@ -118,10 +140,15 @@ def decoding_by_head(results: Mapping[str, Any], title: str = "") -> Figure:
     right.bar(x + 0.2, worst, 0.4, label="worst head left out")
     right.plot(x, [r["chance"] for r in per_layer], "k_", markersize=28, label="chance")
     right.plot(x, [r["shuffled"] for r in per_layer], "r_", markersize=28, label="shuffled labels")
+    for position, height in [*zip(x - 0.2, [r["test"] for r in per_layer], strict=True),
+                             *zip(x + 0.2, worst, strict=True)]:  # fmt: skip
+        if np.isfinite(height):  # a value on every bar: a bar of height 0 is not "missing"
+            ax_text = cell_text(height, ".2f")
+            right.annotate(ax_text, (position, max(height, 0.0)), ha="center", va="bottom",
+                           fontsize=7, xytext=(0, 2), textcoords="offset points")  # fmt: skip
     right.set_xticks(x, [f"layer {layer}" for layer in layers])
     _score_axis(right, [r[k] for r in per_layer for k in ("test", "chance", "shuffled")] + worst)
-    right.set_ylabel(f"held-out {label}")
-    right.set_title("all heads, and without one")
+    right.set_title(f"all heads, and without one (held-out {label})")
     right.legend(frameon=False, fontsize="small")
     right.grid(axis="y", alpha=0.3)
     if title:
@@ -132,7 +159,8 @@ def decoding_by_head(results: Mapping[str, Any], title: str = "") -> Figure:
 def code_embedding(
     results: Mapping[str, Any], title: str = "", ood_split: str | None = None
 ) -> Figure:
-    """The 2-D embedding of latent codes coloured by rule; points of ``ood_split``
+    """The 2-D embedding of latent codes coloured by label (a rule, a term combination, a
+    relation: the embedding's ``label_kind``; :func:`label_colours`); points of ``ood_split``
     (default: any split whose name contains "ood") are drawn as crosses, over the dots.
     Each kind of mark is drawn in one seeded random order, so that no rule's points hide
     another's by being drawn later, and the legend stands beside the axes, off the points
@@ -140,12 +168,21 @@ def code_embedding(
     its number of points: rules can be far from equally frequent (the labels of
     ``latentlens.probes.sraven_codes`` are the largest rule of each multiset)."""
     data = require_key(results, "embedding")
+    if "note" in data:  # codes that do not vary: say so rather than draw one dot
+        figure = Figure(figsize=(6.4, 3.2), layout="constrained")
+        ax = figure.subplots()
+        ax.text(0.5, 0.5, textwrap.fill(data["note"], 50), ha="center", va="center",
+                transform=ax.transAxes)  # fmt: skip
+        ax.set_axis_off()
+        ax.set_title(title or f"latent codes, layer {data['layer']}")
+        return figure
     labels = np.array(data["label"])
     splits = np.array(data["split"])
     ood = splits == ood_split if ood_split else np.char.find(splits.astype(str), "ood") >= 0
     names = legend_order(data)
     many = len(names) > 10
-    colour_of = {name: f"C{index % 10}" for index, name in enumerate(names)}
+    kind = data.get("label_kind", "rule")
+    colour_of = label_colours(names)
     colours = to_rgba_array([colour_of[label] for label in labels])
     figure = Figure(figsize=(6.4 if many else 8.0, 4.8), layout="constrained")
     ax = figure.subplots()
@@ -163,6 +200,7 @@ def code_embedding(
     if handles:
         ax.legend(
             handles=handles,
+            title=None if many else kind,
             frameon=False,
             fontsize="small",
             loc="upper left",
@@ -171,7 +209,7 @@ def code_embedding(
     method = data["method"].upper()
     ax.set_xlabel(f"{method} 1")
     ax.set_ylabel(f"{method} 2")
-    coloured = "colour: rule" if not many else f"colour: one of {len(names)} combinations"
+    coloured = f"colour: {kind}" if not many else f"colour: one of {len(names)} {kind}s"
     ax.set_title(title or f"latent codes, layer {data['layer']} ({coloured})")
     return figure
 
@@ -281,6 +319,17 @@ def _change_format(largest: float, sign: str = "+") -> str:
     return f"{sign}.{decimals}f"
 
 
+def robust_bound(magnitudes: np.ndarray, spread: float = 3.0) -> float:
+    """A colour limit for ``magnitudes`` (absolute values) that one outlier cannot set:
+    the largest, unless it exceeds ``spread`` times the 90th percentile, then that."""
+    if not len(magnitudes):
+        return 1e-6
+    largest = float(magnitudes.max())
+    typical = float(np.quantile(magnitudes, 0.9))
+    bound = spread * typical if typical > 0 and largest > spread * typical else largest
+    return max(bound, 1e-6)
+
+
 def head_ablation(results: Mapping[str, Any], title: str = "") -> Figure:
     """Change in the task metric when each head's output is zeroed (layer x head). Where
     the rows carry standard errors, changes beyond two of them are set in bold and the
@@ -290,7 +339,7 @@ def head_ablation(results: Mapping[str, Any], title: str = "") -> Figure:
         raise ValueError("the probe results hold no ablation rows")
     grid, labels = _head_grid(rows, "change")
     largest = float(np.nanmax(np.abs(grid)))
-    bound = max(largest, 1e-6)
+    bound = robust_bound(np.abs(grid[np.isfinite(grid)]))
     width = max(6.0, 1.6 + 0.55 * grid.shape[1])  # room for "+0.012" in every cell
     figure = Figure(figsize=(width, max(3.2, 1.2 + 0.5 * len(labels))), layout="constrained")
     ax = figure.subplots()
@@ -303,13 +352,19 @@ def head_ablation(results: Mapping[str, Any], title: str = "") -> Figure:
             f"\nbold: beyond 2 standard errors (median {median:{_change_format(median, '')}}; "
             f"noise alone puts {len(rows) * BEYOND_TWO_ERRORS:.1f} of {len(rows)} there)"
         )
-    image = annotated_heatmap(
-        ax, grid, labels, "RdBu", -bound, bound, _change_format(largest), bold
-    )
+    image = annotated_heatmap(ax, grid, labels, "RdBu", -bound, bound,
+                              _change_format(min(largest, bound)), bold)  # fmt: skip
+    clipped = ""
+    if bound < largest:  # outliers: outlined, so the scale can show the other heads
+        for i, j in zip(*np.nonzero(np.abs(np.nan_to_num(grid)) > bound), strict=True):
+            ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="black",
+                                   linewidth=1.5))  # fmt: skip
+        clipped = f"\ncolour clipped at ±{bound:.3g}: outlined cells lie beyond it"
     metric = metric_label(rows[0]["metric"])
-    figure.colorbar(image, ax=ax, label=f"change in {metric}")
+    extend = "both" if clipped else "neither"
+    figure.colorbar(image, ax=ax, label=f"change in {metric}", extend=extend)
     baseline = f"zeroing one head (baseline {metric} {rows[0]['baseline']:.3f})"
-    ax.set_title((title or baseline) + noise)
+    ax.set_title((title or baseline) + noise + clipped)
     return figure
 
 

@@ -25,6 +25,7 @@ from latentlens.figures.training import (
     metric_records,
     translation_quality_curves,
 )
+from latentlens.models.config import VARIANTS
 from latentlens.training.run_dir import RunDirectory, group_by_config, read_jsonl
 from latentlens.training.tracked_file import load_tracked
 
@@ -37,6 +38,15 @@ def _probe_results(run: Path) -> dict | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
+def run_title(run: Path, config: dict) -> str:
+    """A run's figure title: its attention's paper name (the name the report uses, e.g.
+    "linear attention") with the run's directory name, or the name alone."""
+    attention = (config.get("model") or {}).get("attention")
+    if attention in VARIANTS and VARIANTS[attention].paper_name != run.name:
+        return f"{VARIANTS[attention].paper_name} ({run.name})"
+    return run.name
+
+
 def run_figures(run_dir: str | Path, formats: Sequence[str] = ("png", "svg")) -> dict[str, Path]:
     """Draw what ``run_dir`` holds: the curves of every metric it logs (always; the task's
     as ``metrics``, the others as ``metrics_{name}``, the loss on a log scale), decoding
@@ -47,9 +57,10 @@ def run_figures(run_dir: str | Path, formats: Sequence[str] = ("png", "svg")) ->
     written}``."""
     run = Path(run_dir)
     directory = RunDirectory(run)
-    directory.read_config(sections=())  # a clear error if this is not a run directory
+    config = directory.read_config(sections=())  # a clear error if this is not a run directory
     out = run / "figures"
     label = run.name
+    title = run_title(run, config)
     written: dict[str, Path] = {}
 
     def keep(name: str, figure) -> None:
@@ -78,11 +89,11 @@ def run_figures(run_dir: str | Path, formats: Sequence[str] = ("png", "svg")) ->
     results = _probe_results(run)
     if results is not None:
         if "decoding" in results:
-            keep("decoding_by_head", decoding_by_head(results, title=label))
+            keep("decoding_by_head", decoding_by_head(results, title=title))
         if "embedding" in results:
             keep("code_embedding", code_embedding(results))
             written["code_embedding_interactive"] = save_plotly(
-                code_embedding_plotly(results, title=label), out / "code_embedding_interactive.html"
+                code_embedding_plotly(results, title=title), out / "code_embedding_interactive.html"
             )
         if results.get("ablation"):
             keep("head_ablation", head_ablation(results))

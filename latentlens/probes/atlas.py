@@ -148,8 +148,11 @@ def latent_atlas(
         "clustering": _clustering(both, seed),
         "mean_weight": _mean_weights(both, pairs.label_names),
         "embedding": embedding_of(
-            [_by_relation(ident, best), _by_relation(ood, best)], embedding, list(pairs.label_names)
-        ),  # fmt: skip
+            [_by_relation(ident, best), _by_relation(ood, best)],
+            embedding,
+            list(pairs.label_names),
+            "relation",
+        ),
         "degenerate": _degenerate(both, by_ood),
     }
     results["embedding"]["layer"] = best

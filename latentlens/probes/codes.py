@@ -16,11 +16,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 from latentlens.models import HookedModel, pattern_hook_name
 from latentlens.probes.extraction import extract
-from latentlens.probes.structure import embed_codes
+from latentlens.probes.structure import all_identical, embed_codes
 from latentlens.tasks import Batch, Task
 from latentlens.tasks.sraven import GRID
 
@@ -133,15 +134,22 @@ def sraven_codes(
     )
 
 
-def embedding_of(sets: list[CodeSet], method: str, names: list[str] | None) -> dict[str, Any]:
+def embedding_of(
+    sets: list[CodeSet], method: str, names: list[str] | None, kind: str = "class"
+) -> dict[str, Any]:
     """2-D embedding of the last layer's codes of every set, with label and split, and the
-    labels in their natural order (``names``' or numeric) for legends."""
+    labels in their natural order (``names``' or numeric) for legends; ``kind`` says what
+    a label is (``"rule"``, ``"term combination"``, ``"relation"``), for legend titles."""
     codes = torch.cat([s.codes[:, -1].reshape(len(s), -1) for s in sets])
-    points = embed_codes(codes, method)
+    identical = all_identical(codes)
+    points = np.zeros((len(codes), 2)) if identical else embed_codes(codes, method)
     labels = torch.cat([s.groups for s in sets]).tolist()
     order = sorted(set(labels))
+    note = {"note": "the codes are identical for every example: nothing to embed"}
     return {
+        **(note if identical else {}),
         "method": method,
+        "label_kind": kind,
         "layer": int(sets[0].codes.shape[1] - 1),
         "x": points[:, 0].tolist(),
         "y": points[:, 1].tolist(),

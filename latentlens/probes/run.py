@@ -32,6 +32,12 @@ from latentlens.probes.codes import (
     sraven_key_positions,
 )
 from latentlens.probes.decoding import decoding_table
+from latentlens.probes.health import (
+    HealthNote,
+    constant_codes,
+    dead_value_networks,
+    not_learned,
+)
 from latentlens.probes.interventions import head_ablation_table, patch_latent_code, swap_rule_codes
 from latentlens.probes.structure import (
     CLUSTER_SCORES,
@@ -89,8 +95,10 @@ def probe_fuzzy_logic(trainer: Trainer, examples: int, embedding: str, step: Cal
     step("decoding")
     results.update(_structure(codes))
     step("structure")
-    results["embedding"] = embedding_of([codes], embedding, None)
-    batch = task.sample(min(examples, 1024), "test", task.make_generator(7))
+    names = ["terms " + "+".join(map(str, c)) for c in task.combinations["test"].tolist()]
+    results["embedding"] = embedding_of([codes], embedding, names, "term combination")
+    results["health"] = constant_codes(codes.codes, "fixed-query self-codes, split 'test'")
+    batch = trainer.evaluation_set("test")  # the evaluation's examples: one baseline
     results["ablation"] = head_ablation_table(model, task, batch)
     source = task.sample(len(batch), "test", task.make_generator(8))
     last = task.config.seq_len - 1
@@ -117,8 +125,9 @@ def probe_sraven(trainer: Trainer, examples: int, embedding: str, step: Callable
     step("decoding")
     results.update(_structure(test))
     step("structure")
-    results["embedding"] = embedding_of([fit, test], embedding, list(RULE_NAMES))
-    batch = task.sample(min(examples, 512), "ood_unpermuted", task.make_generator(7))
+    results["embedding"] = embedding_of([fit, test], embedding, list(RULE_NAMES), "rule")
+    results["health"] = constant_codes(test.codes, "final query's codes, split 'ood_unpermuted'")
+    batch = trainer.evaluation_set("ood_unpermuted")  # the evaluation's examples
     results["ablation"] = head_ablation_table(model, task, batch, metric="feature_accuracy")
     rules = batch.labels["answer_rules"][:, -1]
     keys = sraven_key_positions(batch, task.config.num_features)[:, 1]
@@ -148,7 +157,7 @@ def probe_modular_icl(trainer: Trainer, examples: int, embedding: str, step: Cal
     tracker = LatentDecodingTracker(examples=examples)
     results: dict[str, Any] = {"z_decoding": tracker.scores(trainer)}
     step("decoding")
-    batch = trainer.task.sample(min(examples, 1024), "ood", trainer.task.make_generator(7))
+    batch = trainer.evaluation_set("ood")  # the evaluation's examples
     results["ablation"] = head_ablation_table(trainer.model, trainer.task, batch)
     step("interventions")
     results["protocol"] = "ridge (alpha 1) from each layer's last-token residual to z, fit ID"
@@ -160,6 +169,31 @@ PROTOCOLS = {
     "sraven": (probe_sraven, 4),
     "modular-icl": (probe_modular_icl, 2),
 }
+# The split whose evaluation the probe's headline reads (and its ablations are measured
+# on), and the chance level of its metric.
+HEADLINE_SPLIT = {"fuzzy-logic": "test", "sraven": "ood_unpermuted", "modular-icl": "ood"}
+
+
+def _chance(trainer: Trainer) -> float:
+    """Chance of the headline metric: 0 for R², one value in V for SRAVEN's features."""
+    config = trainer.task.config
+    return 1.0 / config.num_values if trainer.task_name == "sraven" else 0.0
+
+
+def evaluation_and_health(trainer: Trainer, results: dict[str, Any]) -> dict[str, Any]:
+    """Every split's metrics with standard errors over its evaluation batches, and the
+    health notes (dead value networks on the headline split's evaluation set, a task not
+    learned), added to the protocol's (constant codes)."""
+    split = HEADLINE_SPLIT[trainer.task_name]
+    evaluation = {s: trainer.evaluate(s, errors=True) for s in trainer.task.eval_splits}
+    batch = trainer.evaluation_set(split)
+    notes = [
+        *[HealthNote(**note) for note in results.get("health", [])],
+        *dead_value_networks(trainer.model, trainer.task, batch),
+        *not_learned(trainer.task_name, evaluation[split], split, _chance(trainer)),
+    ]
+    return {"evaluation": evaluation, "evaluation_examples": trainer.train_cfg.eval_examples,
+            "headline_split": split, "health": [note.to_dict() for note in notes]}  # fmt: skip
 
 
 def probe_protocol(config: dict[str, Any]) -> tuple[Callable, int]:
@@ -206,6 +240,8 @@ def probe_run(
 
     with bar:
         results = protocol(trainer, examples, embedding, step)
+        results["health"] = [note.to_dict() for note in results.get("health", [])]
+        results.update(evaluation_and_health(trainer, results))
     results = {
         "task": trainer.task_name,
         "model_kind": trainer.model_kind,

@@ -26,10 +26,17 @@ CLUSTER_SCORES = ("ari", "ami", "nmi", "nmi_shuffled")
 EMBEDDINGS = ("pca", "umap")
 
 
+# Codes whose spread is below this share of their size differ by float32 rounding alone.
+IDENTICAL_RELATIVE = 1e-6
+
+
 def all_identical(codes: ArrayLike) -> bool:
-    """Whether every row of ``codes`` ``[n, d]`` is the same: nothing to cluster or rank."""
+    """Whether every row of ``codes`` ``[n, d]`` is the same up to float32 rounding (a
+    spread under :data:`IDENTICAL_RELATIVE` of their largest magnitude): nothing to
+    cluster, rank or embed."""
     x = as_matrix("codes", codes)
-    return not np.ptp(x, axis=0).any()
+    scale = max(float(np.abs(x).max()), 1e-30) if x.size else 1.0
+    return bool(np.ptp(x, axis=0).max() <= IDENTICAL_RELATIVE * scale) if x.size else True
 
 
 def cluster_scores(

@@ -40,6 +40,19 @@ class Batch:
         return self.map(lambda tensor: tensor.to(device))
 
     @staticmethod
+    def cat(batches: Sequence[Batch]) -> Batch:
+        """``batches`` joined along the batch axis; a label without a batch axis (the same
+        for every example) is taken from the first."""
+        first = batches[0]
+        labels = {
+            k: torch.cat([b.labels[k] for b in batches])
+            if v.ndim and len(v) == len(first) else v
+            for k, v in first.labels.items()
+        }  # fmt: skip
+        return Batch(torch.cat([b.inputs for b in batches]),
+                     torch.cat([b.targets for b in batches]), labels)  # fmt: skip
+
+    @staticmethod
     def stack(batches: Sequence[Batch]) -> Batch:
         """``batches`` stacked on a new leading axis (every tensor ``[len(batches), ...]``)."""
         return Batch(

@@ -79,10 +79,8 @@ class TrackedArrays(Callback):
         """Each tracked array's value now, by name."""
         raise NotImplementedError
 
-    def on_start(self, trainer: Trainer) -> None:
-        self.record(trainer, trainer.step, self.current(trainer))
-
     def on_eval(self, trainer: Trainer, step: int, records: list[dict[str, Any]]) -> None:
+        """At every evaluation, the initialisation's (step 0) included."""
         self.record(trainer, step, self.current(trainer))
 
     def record(self, trainer: Trainer, step: int, values: dict[str, torch.Tensor]) -> None:

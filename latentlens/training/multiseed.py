@@ -293,6 +293,7 @@ class SeedGroup:
             for trainer in self.trainers:
                 for callback in trainer.callbacks:
                     callback.on_start(trainer)
+                trainer.evaluate_initialisation()
         clock = BudgetClock(self.trainers[0].time_budget, self.step)
         bar = tqdm(total=cfg.steps, initial=self.step, disable=quiet,
                    desc=f"train {seeds} seeds", dynamic_ncols=True)  # fmt: skip

@@ -168,7 +168,10 @@ def test_decoding_axes_show_a_null_result_as_near_zero_with_readable_cells() -> 
     results["decoding"][2]["test"] = 0.95  # layer 0, head 0 alone: yellow in viridis
     heat = decoding_by_head(results).axes[0]
     colours = {text.get_text(): text.get_color() for text in heat.texts}
-    assert colours["0.95"] == "black" and colours["-0.00"] == "white"
+    assert colours["0.95"] == "black" and colours["0.00"] == "white"
+    assert "-0.00" not in colours  # -0.002 rounds to nothing: no sign on a zero
+    bar_labels = {text.get_text() for text in bars.texts}
+    assert bar_labels == {"0.00"}  # every bar is labelled, a zero-height one included
     accuracy = decoding_by_head(fake_results()).axes[1]
     assert accuracy.get_ylim() == (0.0, 1.0)
     # a head's cell is read against chance: 0.34 is nothing on SRAVEN's majority rule
@@ -348,3 +351,45 @@ def test_structure_of_seeds_is_their_mean_with_a_std_error_bar() -> None:
     assert [t.get_text() for t in clustering.texts] == ["undefined:\n1 of 2"]
     assert topography.patches[0].get_height() == pytest.approx(0.3)
     assert [t.get_text() for t in topography.get_xticklabels()][0] == "hyla (2\nseeds)"
+
+
+def test_many_labels_get_distinct_colours_and_a_task_legend_title() -> None:
+    from latentlens.figures import code_embedding_plotly
+    from latentlens.figures.probes import label_colours
+
+    names = [f"terms {i}+{i + 1}" for i in range(33)]
+    colours = label_colours(names)
+    assert len(set(colours.values())) == 33  # no cycle: 33 combinations, 33 colours
+    results = fake_results()
+    results["embedding"]["label"] = [names[i % 33] for i in range(60)]
+    results["embedding"]["label_kind"] = "term combination"
+    ax = code_embedding(results).axes[0]
+    assert ax.get_title().endswith("(colour: one of 33 term combinations)")
+    assert ax.get_legend().get_title().get_text() == ""  # 33 entries: no legend but OOD
+    few = fake_results()
+    few["embedding"]["label_kind"] = "rule"
+    legend = code_embedding(few).axes[0].get_legend()
+    assert legend.get_title().get_text() == "rule"
+    assert code_embedding_plotly(results).layout.legend.title.text == "term combination"
+
+
+def test_codes_that_do_not_vary_give_a_note_not_a_dot() -> None:
+    results = fake_results()
+    results["embedding"]["note"] = "the codes are identical for every example: nothing to embed"
+    ax = code_embedding(results).axes[0]
+    assert not ax.collections and "nothing to embed" in ax.texts[0].get_text().replace("\n", " ")
+
+
+def test_one_outlying_ablation_does_not_blank_the_other_cells() -> None:
+    results = fake_results(layers=2, heads=8)
+    for index, row in enumerate(results["ablation"]):
+        row["change"] = -0.01 * (index % 5)
+    results["ablation"][3]["change"] = -10.5
+    figure = head_ablation(results)
+    image = figure.axes[0].images[0]
+    low, high = image.get_clim()
+    assert high < 1.0 and low == -high  # set by the other heads, not by -10.5
+    outlined = [p for p in figure.axes[0].patches if not p.get_fill()]
+    assert len(outlined) == 1 and outlined[0].get_xy() == (3 - 0.5, 0 - 0.5)
+    assert "colour clipped at" in figure.axes[0].get_title()
+    assert "-10.50" in {t.get_text() for t in figure.axes[0].texts}  # its number is shown

@@ -55,7 +55,7 @@ def test_two_gloo_processes_match_one_process(tmp_path: Path) -> None:
     expected, got = metrics(single), metrics(double)
     # Only rank 0 writes: the same records, once each (a second writer would duplicate).
     assert [(r["step"], r["split"]) for r in got] == [(r["step"], r["split"]) for r in expected]
-    assert len(got) == 9
+    assert len(got) == 12  # the initialisation (step 0) and 3 evaluations, 3 splits each
     for a, b in zip(expected, got, strict=True):
         for key in ("loss", "r2"):
             # The 2-process gradient is the mean of two half-batch means: equal to the

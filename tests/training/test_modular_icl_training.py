@@ -69,7 +69,7 @@ def test_train_command_with_hypernetwork_and_support(tmp_path: Path, capsys) -> 
         "transformer.blocks.1.hook_resid_post",
         "hook_task_latent",
     ]
-    assert sorted({r["step"] for r in records}) == [3, 6]
+    assert sorted({r["step"] for r in records}) == [0, 3, 6]  # 0: the initialisation
 
     capsys.readouterr()
     assert main(["train", "--resume", str(run), "--model", "vanilla"]) == 2  # in-process

@@ -196,7 +196,7 @@ def test_the_cli_trains_and_resumes_seeds_together(tmp_path: Path, capsys) -> No
     for seed in (0, 5):
         run = RunDirectory(f"{base}-s{seed}")
         assert run.read_config()["train"]["seed"] == seed
-        assert {r["step"] for r in run.read_metrics()} == {10, 20}
+        assert {r["step"] for r in run.read_metrics()} == {0, 10, 20}
         assert f"run directory: {run.path}" in out
     assert "mean ± std over 2 seeds" in out
     summary = out[out.index("mean ± std over 2 seeds") :]

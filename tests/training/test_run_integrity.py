@@ -86,7 +86,7 @@ def test_a_torn_last_line_is_dropped_on_resume_and_a_corrupt_one_named(tmp_path)
         Trainer.create(cut, tiny_config(steps=40), quiet=True, callbacks=[StopAt(21)]).train()
     with open(cut / "metrics.jsonl", "a") as handle:
         handle.write('{"loss": 0.5, "split": "tr')  # the writer died mid-append
-    assert [r["step"] for r in read_jsonl(cut / "metrics.jsonl")] == [20] * 3
+    assert [r["step"] for r in read_jsonl(cut / "metrics.jsonl")] == [0] * 3 + [20] * 3
     Trainer.resume(cut, quiet=True).train()
     assert (cut / "metrics.jsonl").read_text() == (whole / "metrics.jsonl").read_text()
 
@@ -106,7 +106,7 @@ def test_a_run_killed_before_its_first_checkpoint_resumes_from_step_zero(tmp_pat
     code, err = cli(["train", "--resume", str(run), "--quiet", "--device", "cpu"], capsys)
     assert code == 0, err
     assert [s for s, _ in list_checkpoints(run / "checkpoints")] == [20, 40]
-    assert [r["step"] for r in RunDirectory(run).read_metrics()] == [20] * 3 + [40] * 3
+    assert [r["step"] for r in RunDirectory(run).read_metrics()] == [0] * 3 + [20] * 3 + [40] * 3
 
 
 def test_divergence_keeps_the_last_checkpoint_good_and_resumes_with_a_lower_lr(

@@ -171,7 +171,7 @@ def test_train_command_with_fusion_and_gca_tracks_routing(tmp_path: Path, capsys
     routing_file = tracking / "routing_matrix.safetensors"
     assert load_tracked(routing_file).axes == ("decoder_layer", "encoder_layer")
     quality = [json.loads(line) for line in (tracking / "translation_quality.jsonl").open()]
-    assert [q["step"] for q in quality] == [3, 6]
+    assert [q["step"] for q in quality] == [0, 3, 6]  # 0: the initialisation
     assert all(0.0 <= q["cter_instance"] <= 1.0 and 0.0 <= q["bleu_test"] <= 100 for q in quality)
     assert all(0.0 <= q["cter_VP_aggregate"] <= 1.0 and 0.0 <= q["bleu_cg"] <= 100 for q in quality)
 

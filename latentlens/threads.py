@@ -1,0 +1,110 @@
+"""How many CPU threads a run's PyTorch operations use.
+
+PyTorch starts one intra-op thread per core it sees, whether or not other processes are
+busy on them; on a shared machine its threads then wait on each other behind the
+neighbours' work, and a run can slow down tens of times. latentlens chooses instead:
+
+1. ``--threads N`` (or ``threads=`` in Python), else ``LATENTLENS_THREADS``, if given;
+2. else the CPUs this process may run on (its affinity, not the machine's count), less
+   those the rest of the machine keeps busy (:func:`busy_elsewhere`), at least one;
+3. capped at one thread for work too small to split (``work`` under
+   :data:`SMALL_WORK` multiply-adds per row of activations, e.g. the tiny test models),
+   where handing rows to other threads costs more than it saves.
+
+Several runs on one machine (``reproduce --jobs``, sweeps) are given one thread each.
+:func:`quiet_waiting` makes idle OpenMP threads sleep instead of spinning (it must run
+before torch is imported: the command line calls it first).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+ENVIRONMENT = "LATENTLENS_THREADS"
+# Below this many elements in one layer's activations (batch x positions x width), a
+# second thread does not pay: the tiny test models (32 x 16 x 16) run faster on one.
+SMALL_WORK = 64 * 1024
+
+
+def available_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask where the OS has one)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows
+        return os.cpu_count() or 1
+
+
+def runnable_now() -> int | None:
+    """Threads running or ready to run on the machine this instant, this one included
+    (Linux's ``/proc/loadavg``), the median of a few readings; None elsewhere."""
+    readings = []
+    for _ in range(5):
+        try:
+            with open("/proc/loadavg") as handle:
+                readings.append(int(handle.read().split()[3].split("/")[0]))
+        except (OSError, IndexError, ValueError):
+            return None
+        time.sleep(0.01)
+    return sorted(readings)[len(readings) // 2]
+
+
+def busy_elsewhere(cpus: int) -> int:
+    """CPUs the rest of the machine keeps busy now, at most ``cpus - 1``: the threads
+    runnable this instant less this one, or, where the OS does not say, the 1-minute load
+    average (which lags a neighbour that has just started by up to a minute)."""
+    runnable = runnable_now()
+    if runnable is not None:
+        others = runnable - 1
+    else:
+        try:
+            others = round(os.getloadavg()[0])
+        except (AttributeError, OSError):
+            return 0
+    return min(max(others, 0), cpus - 1)
+
+
+def choose_threads(requested: int | None = None, work: int | None = None) -> int:
+    """The number of intra-op threads (see the module's docstring); ``work``: elements of
+    one layer's activations (None: not known, no cap)."""
+    if requested is None and os.environ.get(ENVIRONMENT):
+        value = os.environ[ENVIRONMENT]
+        if not value.isdigit() or int(value) < 1:
+            raise ValueError(f"{ENVIRONMENT}={value!r} is invalid: give a positive integer")
+        requested = int(value)
+    if requested is not None:
+        if isinstance(requested, bool) or not isinstance(requested, int) or requested < 1:
+            raise ValueError(f"threads={requested!r} is invalid: give a positive integer")
+        return requested
+    cpus = available_cpus()
+    threads = max(1, cpus - busy_elsewhere(cpus))
+    if work is not None and work < SMALL_WORK:
+        threads = 1
+    return threads
+
+
+def use_threads(requested: int | None = None, work: int | None = None) -> int:
+    """Set torch's intra-op threads to :func:`choose_threads`'s answer; returns it."""
+    import torch  # noqa: PLC0415
+
+    threads = choose_threads(requested, work)
+    if torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
+    return threads
+
+
+def quiet_waiting() -> None:
+    """Idle OpenMP threads sleep rather than spin (``OMP_WAIT_POLICY=PASSIVE``), unless
+    the environment says otherwise; effective only before torch is first imported."""
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
+def work_of(config: dict) -> int | None:
+    """Elements of one layer's activations in a training step of a resolved run
+    ``config`` (batch x positions x width), for :func:`choose_threads`; None if unknown."""
+    model, train = config.get("model", {}), config.get("train", {})
+    positions = model.get("n_ctx") or model.get("n_ctx_source")
+    width, batch = model.get("d_model"), train.get("batch_size")
+    if not all(isinstance(v, int) for v in (positions, width, batch)):
+        return None
+    return batch * positions * width
