@@ -4,14 +4,15 @@ thread choice and with PyTorch's default.
     python benchmarks/busy_neighbour.py [--steps 300] [--out benchmarks/results]
 
 Trains the demo's model (fuzzy logic, D=128, batch 128) for ``--steps`` steps in a fresh
-process, timing the steps alone (no evaluation, no start-up), in four conditions:
+process, timing the steps alone (no evaluation, no start-up), alone and beside one
+neighbour (a process spinning on one core), with threads chosen
 
-- alone, and beside one neighbour (a process spinning on one core), each
-- with latentlens's choice (:mod:`latentlens.threads`: threads from the free CPUs, idle
-  threads sleeping) and with PyTorch's default (a thread per CPU, idle threads spinning).
+- by latentlens (:mod:`latentlens.threads`: the CPUs free when the run starts);
+- as PyTorch does (a thread per CPU, OpenMP's idle threads spinning a while);
+- as PyTorch does, with ``OMP_WAIT_POLICY=PASSIVE`` (idle threads sleep at once).
 
-Prints steps/s and the slowdown beside the neighbour (target: at most 2.5x on 2 cores), and
-draws ``busy_neighbour.png``.
+Prints steps/s and the slowdown beside the neighbour (target for latentlens: at most 2.5x
+on 2 cores), and draws ``busy_neighbour.png``.
 """
 
 from __future__ import annotations
@@ -26,17 +27,13 @@ import time
 from pathlib import Path
 
 NEIGHBOUR = "while True:\n    pass\n"
-MODES = ("latentlens", "pytorch default")
+MODES = ("latentlens", "pytorch default", "pytorch, passive")
 
 
 def worker(mode: str, steps: int) -> None:
     """Train in this process and print its steps/s as JSON (the benchmark's subprocess)."""
-    if mode == "latentlens":
-        from latentlens.threads import quiet_waiting
-
-        quiet_waiting()
-    else:
-        os.environ.setdefault("OMP_WAIT_POLICY", "ACTIVE")  # GNU OpenMP's spinning default
+    if mode == "pytorch, passive":
+        os.environ["OMP_WAIT_POLICY"] = "PASSIVE"  # before torch is imported
     import torch
 
     from latentlens.threads import available_cpus, use_threads, work_of

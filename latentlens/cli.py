@@ -20,7 +20,7 @@ from latentlens.cli_choices import (
 from latentlens.cli_connect import add_connect_parser
 from latentlens.cli_sweep import add_sweep_parser
 from latentlens.cli_training import add_eval_parser, add_train_parser
-from latentlens.threads import ENVIRONMENT, quiet_waiting, use_threads
+from latentlens.threads import ENVIRONMENT, use_threads
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -149,7 +149,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if getattr(args, "task", None) in TASK_ALIASES:
         args.task = TASK_ALIASES[args.task]
-    quiet_waiting()  # before torch is first imported
     try:
         if args.threads is not None:
             if args.threads < 1:

@@ -104,9 +104,10 @@ def print_probe_results(run: Path, results: dict) -> None:
         ]
         print(f"{split}: {', '.join(shown)} (± standard error over evaluation batches)")
     for row in results.get("decoding", [])[:1]:
+        error = f" ± {row['test_se']:.3f}" if row.get("test_se") is not None else ""
         print(
-            f"decoding ({row['metric']}, every layer and head): held out {row['test']:.3f}, "
-            f"chance {row['chance']:.3f}, shuffled labels {row['shuffled']:.3f}"
+            f"decoding ({row['metric']}, every layer and head): held out {row['test']:.3f}"
+            f"{error}, chance {row['chance']:.3f}, shuffled labels {row['shuffled']:.3f}"
         )
     for row in results.get("z_decoding", []):
         print(f"z from {row['site']}: R² fit {row['r2_fit']:.3f}, OOD {row['r2_ood']:.3f}")

@@ -132,6 +132,12 @@ def _with_error(metrics: dict[str, float], name: str = "r2") -> str:
     return f"{metrics[name]:.3f} ± {metrics[name + '_se']:.3f}"
 
 
+def _decoded(row: dict[str, Any]) -> str | float:
+    """A decoding score with its standard error where the results carry one."""
+    error = row.get("test_se")
+    return row["test"] if error is None else f"{row['test']:.3f} ± {error:.3f}"
+
+
 def ranking_sentence(scores: dict[str, tuple[float, float]]) -> str:
     """Which variant is best on new combinations, only where it beats the runner-up by
     more than two standard errors of their difference; ``scores``: name -> (R², SE)."""
@@ -246,7 +252,7 @@ def _sections(runs, results, figures, curves, structure, size, wall, size_name, 
             "test R² (new combinations)": _with_error(evaluation["test"]),
             f"official test R² at {OFFICIAL_STEPS:,} steps": OFFICIAL_TEST_R2[variant],
             "ood R² (new terms)": _with_error(evaluation["ood"]),
-            "decoding R² (held out)": overall["test"], "shuffled": overall["shuffled"],
+            "decoding R² (held out)": _decoded(overall), "shuffled": overall["shuffled"],
             "k-means ARI": _maybe(probe["clustering"]["kmeans"]["ari"]),
             "topographic ρ": _maybe(probe["topography"]["rho"]),
             "p": _maybe(probe["topography"]["p_value"]),

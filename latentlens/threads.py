@@ -12,8 +12,11 @@ neighbours' work, and a run can slow down tens of times. latentlens chooses inst
    where handing rows to other threads costs more than it saves.
 
 Several runs on one machine (``reproduce --jobs``, sweeps) are given one thread each.
-:func:`quiet_waiting` makes idle OpenMP threads sleep instead of spinning (it must run
-before torch is imported: the command line calls it first).
+
+The choice is made when a run starts. Beside a neighbour that starts later, OpenMP's idle
+threads spin and the run slows as if unchosen; ``OMP_WAIT_POLICY=PASSIVE`` (set before
+Python starts) keeps it near one thread's speed then, at a cost when alone
+(``benchmarks/busy_neighbour.py`` measures all three).
 """
 
 from __future__ import annotations
@@ -91,12 +94,6 @@ def use_threads(requested: int | None = None, work: int | None = None) -> int:
     if torch.get_num_threads() != threads:
         torch.set_num_threads(threads)
     return threads
-
-
-def quiet_waiting() -> None:
-    """Idle OpenMP threads sleep rather than spin (``OMP_WAIT_POLICY=PASSIVE``), unless
-    the environment says otherwise; effective only before torch is first imported."""
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 def work_of(config: dict) -> int | None:

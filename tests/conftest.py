@@ -2,15 +2,23 @@
 
 - Nothing reaches the network: Hugging Face libraries run offline, so a test that would
   download fails at once instead of hanging or passing on a cached file.
-- The command line's thread choice is pinned (``LATENTLENS_THREADS``, to the CPUs this
-  process may use): left to itself it reads how busy the machine is, and a test comparing
-  two runs bit for bit must not see their thread counts differ.
+- One thread count for the whole session, chosen once at its start as the command line
+  chooses (``latentlens.threads``: the CPUs free then) and given to every process the tests
+  start (``LATENTLENS_THREADS``, ``OMP_NUM_THREADS``: the notebooks' kernels, the CLI
+  subprocesses). On a busy machine the tests then take the free cores instead of fighting
+  the neighbours for all of them; and a test comparing two runs bit for bit never sees
+  their thread counts differ.
 """
 
 import os
 
-from latentlens.threads import ENVIRONMENT, available_cpus
+import torch
+
+from latentlens.threads import ENVIRONMENT, choose_threads
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
-os.environ.setdefault(ENVIRONMENT, str(available_cpus()))
+THREADS = choose_threads()
+os.environ[ENVIRONMENT] = str(THREADS)
+os.environ.setdefault("OMP_NUM_THREADS", str(THREADS))
+torch.set_num_threads(THREADS)

@@ -41,13 +41,17 @@ def test_atlas_writes_its_report(folder, tmp_path) -> None:
         assert (out / "figures" / f"{figure}.png").is_file()
 
 
-def test_atlas_refuses_bad_input_in_one_line(tmp_path) -> None:
+def test_atlas_refuses_bad_input_in_one_line(tmp_path, capsys) -> None:
+    """In-process (the entry point is `main`; the test above runs the real command): each
+    refusal is one line on stderr with exit code 2."""
+    from latentlens.cli import main
+
     for args, message in (
         (["/no/such/model"], "no folder /no/such/model"),
         ([str(tmp_path)], "the folder holds no Hugging Face model"),
         (["gpt2"], "a hub name needs internet or the Hugging Face cache"),
     ):
-        done = latentlens("atlas", *args, "--out", str(tmp_path / "out"), "--device", "cpu")
-        assert done.returncode == 2, done.stderr
-        assert message in done.stderr and "Traceback" not in done.stderr
-        assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+        code = main(["atlas", *args, "--out", str(tmp_path / "out"), "--device", "cpu"])
+        err = capsys.readouterr().err
+        assert code == 2 and message in err and "Traceback" not in err
+        assert len(err.strip().splitlines()) == 1, err

@@ -24,14 +24,16 @@ ArrayLike = np.ndarray | torch.Tensor
 @dataclass(frozen=True)
 class DecodingScore:
     """A decoder's ``metric`` (``r2`` or ``accuracy``) on the data it was fit on (``fit``)
-    and on held-out data (``test``), beside ``chance`` and the ``shuffled``-label control.
-    For several regression targets, R² is the uniform average over targets."""
+    and on held-out data (``test``, with its standard error ``test_se``), beside ``chance``
+    and the ``shuffled``-label control. For several regression targets, R² is the uniform
+    average over targets."""
 
     metric: str
     fit: float
     test: float
     chance: float
     shuffled: float
+    test_se: float | None = None  # standard error of ``test`` (see the decoders)
 
     def to_dict(self) -> dict[str, float | str]:
         return asdict(self)
@@ -80,6 +82,21 @@ def _permuted(labels: np.ndarray, seed: int) -> np.ndarray:
     return labels[np.random.default_rng(seed).permutation(len(labels))]
 
 
+# A held-out R²'s standard error is read from its spread over this many parts of the set.
+R2_PARTS = 16
+
+
+def r2_standard_error(targets: np.ndarray, predictions: np.ndarray) -> float | None:
+    """Standard error of a test R² from its values on :data:`R2_PARTS` contiguous parts of
+    the test set (at least 4 examples each): sample std / sqrt(parts); None when too few."""
+    parts = min(R2_PARTS, len(targets) // 4)
+    if parts < 2:
+        return None
+    pairs = zip(np.array_split(targets, parts), np.array_split(predictions, parts), strict=True)
+    values = [r2_score(y, p) for y, p in pairs]
+    return float(np.std(values, ddof=1) / np.sqrt(parts))
+
+
 def ridge_decoding(
     fit_features: ArrayLike,
     fit_targets: ArrayLike,
@@ -106,12 +123,14 @@ def ridge_decoding(
         )
     decoder = Ridge(alpha=alpha).fit(x_fit, y_fit)
     control = Ridge(alpha=alpha).fit(x_fit, _permuted(y_fit, seed))
+    predicted = decoder.predict(x_test)
     return DecodingScore(
         metric="r2",
         fit=float(r2_score(y_fit, decoder.predict(x_fit))),
-        test=float(r2_score(y_test, decoder.predict(x_test))),
+        test=float(r2_score(y_test, predicted)),
         chance=0.0,
         shuffled=float(r2_score(y_test, control.predict(x_test))),
+        test_se=r2_standard_error(y_test, predicted),
     )
 
 
@@ -149,12 +168,14 @@ def classifier_decoding(
     decoder = _classifier(max_iter).fit(x_fit, y_fit)
     control = _classifier(max_iter).fit(x_fit, _permuted(y_fit, seed))
     _, counts = np.unique(y_test, return_counts=True)
+    accuracy = float((decoder.predict(x_test) == y_test).mean())
     return DecodingScore(
         metric="accuracy",
         fit=float((decoder.predict(x_fit) == y_fit).mean()),
-        test=float((decoder.predict(x_test) == y_test).mean()),
+        test=accuracy,
         chance=float(counts.max() / len(y_test)),
         shuffled=float((control.predict(x_test) == y_test).mean()),
+        test_se=float(np.sqrt(accuracy * (1 - accuracy) / len(y_test))),  # binomial
     )
 
 
@@ -199,10 +220,13 @@ def cross_validated_decoding(
         decode(x[fit], y[fit], x[test], y[test], seed=seed, **options)
         for fit, test in splitter.split(x, y)
     ]
+    errors = [s.test_se for s in scores]
     return DecodingScore(
         metric=scores[0].metric,
         fit=float(np.mean([s.fit for s in scores])),
         test=float(np.mean([s.test for s in scores])),
         chance=float(np.mean([s.chance for s in scores])),
         shuffled=float(np.mean([s.shuffled for s in scores])),
+        # the folds' test sets are disjoint: the errors of their mean add in quadrature
+        test_se=None if None in errors else float(np.sqrt(np.sum(np.square(errors))) / folds),
     )

@@ -79,3 +79,35 @@ def test_cross_validation_and_classifier_errors() -> None:
         cross_validated_decoding(x, labels, kind="lasso")
     with pytest.raises(ValueError, match=r"\[examples\] class ids"):
         classifier_decoding(x, np.zeros((40, 2)), x, labels)
+
+
+def test_decoding_scores_carry_standard_errors_that_match_their_spread() -> None:
+    from latentlens.probes.linear import r2_standard_error
+
+    rng = np.random.default_rng(0)
+    weights = rng.normal(size=(6, 1))
+
+    def draw(n: int) -> tuple[np.ndarray, np.ndarray]:
+        x = rng.normal(size=(n, 6))
+        return x, x @ weights + rng.normal(scale=2.0, size=(n, 1))
+
+    x_fit, y_fit = draw(2_000)
+    # The spread of the test R² over 40 fresh test sets, against the error one set reports.
+    scores = [ridge_decoding(x_fit, y_fit, *draw(400)) for _ in range(40)]
+    spread = np.std([s.test for s in scores], ddof=1)
+    reported = np.median([s.test_se for s in scores])
+    assert 0.6 < reported / spread < 1.6
+    # By hand: 16 parts of 4 examples each, their R² values' std / 4.
+    y, p = np.arange(64.0), np.arange(64.0) + 3 * np.sin(np.arange(64.0))
+    parts = []
+    for i in range(0, 64, 4):
+        target, guess = y[i : i + 4], p[i : i + 4]
+        parts.append(1 - np.sum((guess - target) ** 2) / np.sum((target - target.mean()) ** 2))
+    assert np.std(parts) > 0.1  # parts that differ: the check is not of zeros
+    assert r2_standard_error(y, p) == pytest.approx(np.std(parts, ddof=1) / 4)
+    assert r2_standard_error(y[:7], p[:7]) is None  # under two parts of four
+    # Accuracy: the binomial error of the held-out share.
+    labels = np.repeat([0, 1], 100)
+    features = labels[:, None] + rng.normal(scale=0.8, size=(200, 1))
+    score = classifier_decoding(features, labels, features, labels)
+    assert score.test_se == pytest.approx(np.sqrt(score.test * (1 - score.test) / 200))
