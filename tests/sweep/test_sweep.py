@@ -56,9 +56,13 @@ def start_one_cell_sweep(tmp_path: Path, steps: int) -> tuple[subprocess.Popen, 
     spec.write_text(json.dumps({"task": "fuzzy-logic", "base": base,
                                 "axes": {"train.seed": [0]}}))  # fmt: skip
     out = tmp_path / "sweep"
+    # Ctrl-C reaches it as at a terminal even when the tests run where SIGINT is ignored
+    # (a background job of a script inherits SIG_IGN, and Python then never raises
+    # KeyboardInterrupt): the child starts with SIGINT's default action.
     sweep = subprocess.Popen(
         [sys.executable, "-m", "latentlens", "sweep", str(spec), "--out", str(out),
          "--num-cpus", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )  # fmt: skip
     cell = out / "seed=0"
     deadline = time.time() + 120
