@@ -24,9 +24,9 @@ from latentlens.report import Section, write_report
 from latentlens.training.checkpoint import atomic_write_bytes
 
 
-def _with_error(accuracy: float, n: int) -> str:
-    """An accuracy with its binomial standard error over ``n`` pairs."""
-    return f"{accuracy:.3f} ± {math.sqrt(max(accuracy * (1 - accuracy), 0.0) / n):.3f}"
+def _with_error(row: dict[str, Any], key: str) -> str:
+    """A decoding row's accuracy ``key`` with the standard error the decoder gave it."""
+    return f"{row[key]:.3f} ± {row[key + '_se']:.3f}"
 
 
 def _decoding_section(results: dict[str, Any], figure: Path) -> Section:
@@ -39,8 +39,8 @@ def _decoding_section(results: dict[str, Any], figure: Path) -> Section:
         best = max(singles, key=lambda r: r["test"]) if singles else None
         table.append({
             "layer": layer,
-            "ID held out": _with_error(whole["id_test"], n_id),
-            "OOD": _with_error(whole["test"], n_ood),
+            "ID held out": _with_error(whole, "id_test"),
+            "OOD": _with_error(whole, "test"),
             "OOD chance": whole["chance"],
             "OOD shuffled labels": whole["shuffled"],
             "best head alone (OOD)": f"{best['heads']}: {best['test']:.3f}" if best else "-",

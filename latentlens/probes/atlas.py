@@ -118,7 +118,8 @@ def latent_atlas(
 ) -> dict[str, Any]:
     """The atlas of ``model`` on ``pairs`` (see the module's docstring): a dict with
     ``decoding`` (rows of :func:`~latentlens.probes.decoding.decoding_table`, fit on half
-    the ID pairs; ``test``: accuracy on the OOD pairs, ``id_test``: on the other ID half),
+    the ID pairs; ``test``: accuracy on the OOD pairs, ``id_test``: on the other ID half,
+    each with its binomial standard error ``_se``),
     ``clustering`` (per layer), ``mean_weight`` (per layer, head and relation),
     ``embedding`` (2-D, of the layer decoded best OOD), ``ablation`` (zeroing each head's
     output, change in the log-probability of the answer; where the pairs have answers)
@@ -130,7 +131,7 @@ def latent_atlas(
     by_ood = decoding_table(fit, ood, seed=seed)
     by_id = decoding_table(fit, id_test, seed=seed)
     for row, same in zip(by_ood, by_id, strict=True):
-        row["id_test"] = same["test"]
+        row["id_test"], row["id_test_se"] = same["test"], same["test_se"]
         row["id_chance"] = same["chance"]
     both = CodeSet(torch.cat([ident.codes, ood.codes]), torch.cat([ident.target, ood.target]),
                    torch.cat([ident.factors, ood.factors]), torch.cat([ident.groups, ood.groups]),
