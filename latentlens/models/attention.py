@@ -25,7 +25,6 @@ Hook points (shapes):
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 import torch
@@ -34,7 +33,7 @@ from torch import nn
 
 from latentlens.models.config import AttentionConfig
 from latentlens.models.hooked import HookPoint
-from latentlens.models.init import lecun_normal_, truncated_normal_
+from latentlens.models.init import embedding_normal_, lecun_normal_
 from latentlens.models.position import RelativePositionBias
 from latentlens.models.validation import check_input
 
@@ -89,14 +88,16 @@ class Attention(nn.Module):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        """Flax's defaults, as in the official code: LeCun-normal kernels, zero biases."""
+        """Flax's defaults, as in the official code: LeCun-normal kernels (truncated), zero
+        biases, and the relative-position table ``[head, bucket]`` untruncated normal with
+        variance ``1 / num_buckets`` (Flax's ``default_embed_init``)."""
         for weight in (self.W_Q, self.W_K, self.W_V):
             lecun_normal_(weight, fan_in=weight.shape[1])
         lecun_normal_(self.W_O, fan_in=self.W_O.shape[0] * self.W_O.shape[1])
         for bias in (self.b_Q, self.b_K, self.b_V, self.b_O):
             nn.init.zeros_(bias)
         if self.rel_pos is not None:
-            truncated_normal_(self.rel_pos.table, std=1.0 / math.sqrt(self.cfg.n_heads))
+            embedding_normal_(self.rel_pos.table, fan_in=self.cfg.num_buckets)
 
     def forward(
         self,

@@ -28,6 +28,19 @@ def lecun_normal_(tensor: torch.Tensor, fan_in: int) -> torch.Tensor:
     return truncated_normal_(tensor, std=1.0 / math.sqrt(fan_in))
 
 
+def embedding_normal_(tensor: torch.Tensor, fan_in: int) -> torch.Tensor:
+    """Normal (not truncated) with variance ``1 / fan_in``: Flax's ``default_embed_init``
+    (``variance_scaling(1.0, "fan_in", "normal", out_axis=0)``), the official code's
+    initialiser of token embeddings and relative-position tables.
+
+    For a table ``[rows, columns]`` Flax's ``fan_in`` comes out as ``columns`` (the
+    features of an embedding, the buckets of a relative-position table ``[heads,
+    buckets]``), whatever the number of rows.
+    """
+    with torch.no_grad():
+        return nn.init.normal_(tensor, mean=0.0, std=1.0 / math.sqrt(fan_in))
+
+
 def init_linear_(layer: nn.Linear) -> nn.Linear:
     """LeCun-normal weight and zero bias for a ``torch.nn.Linear``."""
     lecun_normal_(layer.weight, fan_in=layer.in_features)

@@ -27,7 +27,7 @@ from torch import nn
 from latentlens.models.attention import Attention
 from latentlens.models.config import AttentionConfig, TransformerConfig
 from latentlens.models.hooked import HookedModel, HookPoint
-from latentlens.models.init import init_linear_, truncated_normal_
+from latentlens.models.init import embedding_normal_, init_linear_
 from latentlens.models.position import sinusoidal_encoding
 from latentlens.models.validation import check_dtype, check_input
 
@@ -104,7 +104,7 @@ class DecoderTransformer(HookedModel):
         self.cfg = cfg
         if cfg.vocab_size is not None:
             self.embed: nn.Module = nn.Embedding(cfg.vocab_size, cfg.d_model)
-            truncated_normal_(self.embed.weight, std=1.0 / cfg.d_model**0.5)
+            embedding_normal_(self.embed.weight, fan_in=cfg.d_model)
         else:
             self.embed = init_linear_(nn.Linear(cfg.d_input, cfg.d_model))
         self.hook_embed = HookPoint()
