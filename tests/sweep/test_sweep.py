@@ -181,9 +181,14 @@ def test_seeds_of_a_cell_train_as_one_seed_group(tmp_path, capsys) -> None:
     assert main(["sweep", str(spec), "--out", str(apart), "--num-cpus", "2"]) == 0
     printed = capsys.readouterr().out
     assert "4 cells to train as 4 Ray tasks" in printed and "4 cells: 4 done" in printed
-    for name in ("attention=softmax,seed=0", "attention=hyla,seed=1"):
+    # Softmax differs by float summation order alone (measured <= 5e-7 relative). HYLA's
+    # ReLU value network amplifies such differences (benchmarks/parity.py's lockstep
+    # control: one float32 step in one weight matrix moves its loss by ~1e-4 relative within
+    # tens of steps; measured here up to 1.0e-4 over 20 steps), so its tolerance is 2e-3: a
+    # grouping bug (another seed's data or weights) would move them by far more.
+    for name, rel in (("attention=softmax,seed=0", 1e-5), ("attention=hyla,seed=1", 2e-3)):
         ours = RunDirectory(grouped / name).read_metrics()
         theirs = RunDirectory(apart / name).read_metrics()
         assert [r["step"] for r in ours] == [r["step"] for r in theirs]
         for mine, other in zip(ours, theirs, strict=True):
-            assert mine["loss"] == pytest.approx(other["loss"], rel=1e-4, abs=1e-6)
+            assert mine["loss"] == pytest.approx(other["loss"], rel=rel, abs=1e-7)
