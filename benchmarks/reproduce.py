@@ -41,12 +41,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # the reproduction pac
 
 from reproduction import (  # noqa: E402
     connection_section,
+    fuzzy_logic_a1_section,
     fuzzy_logic_section,
+    hyperteacher_plus_section,
     hyperteacher_section,
+    sraven_main_section,
     sraven_section,
     translation_section,
 )
-from reproduction.runs import default_jobs, finished, train_all  # noqa: E402
+from reproduction.runs import default_jobs, finished, train_all, units_of  # noqa: E402
 
 from latentlens import __version__  # noqa: E402
 
@@ -57,13 +60,27 @@ EXPERIMENTS: dict[str, ModuleType] = {
     "translation": translation_section,
     "layer-connection": connection_section,
 }
+# The papers' headlines alone, each sized for a GPU sitting (seed groups), in the order to
+# run them when a GPU is lent; trained only when named with --only.
+SECTIONS: dict[str, ModuleType] = {
+    "sraven-main": sraven_main_section,
+    "fuzzy-logic-a1": fuzzy_logic_a1_section,
+    "hyperteacher-connected-plus": hyperteacher_plus_section,
+}
 SIZES = ("cpu", "gpu", "tiny")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", default="cpu", choices=SIZES)
-    parser.add_argument("--only", nargs="*", choices=list(EXPERIMENTS), default=None)
+    parser.add_argument(
+        "--only",
+        nargs="*",
+        choices=[*EXPERIMENTS, *SECTIONS],
+        default=None,
+        help=f"experiments to run (default: all but the GPU sections {', '.join(SECTIONS)}, "
+        "which run only when named)",
+    )
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--device", default="auto")
     parser.add_argument("--jobs", type=int, default=None,
@@ -87,10 +104,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--jobs {jobs}: at least one job is needed")
     out = args.out or Path(f"runs/reproduce-{args.size}")
     names = args.only or list(EXPERIMENTS)
+    modules = {**EXPERIMENTS, **SECTIONS}
     figures = args.results.parent / "figures"
     start = time.perf_counter()
 
-    specs = {name: EXPERIMENTS[name].plan(args.size, args.seeds, out / name) for name in names}
+    specs = {name: modules[name].plan(args.size, args.seeds, out / name) for name in names}
     every = list({spec.path: spec for name in names for spec in specs[name]}.values())
     print("\n".join(plan_lines(specs, args.size, jobs)), flush=True)
     if args.plan:
@@ -112,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in names:
         print(f"{name}: analysis ...", flush=True)
         section_start = time.perf_counter()
-        text = EXPERIMENTS[name].report(out / name, args.size, args.seeds, args.device, figures)
+        text = modules[name].report(out / name, args.size, args.seeds, args.device, figures)
         own = [s for s in specs[name] if s.path.is_relative_to(out / name)]
         run_s = sum(timings.get(str(s.path.relative_to(out)), 0.0) for s in own)
         sections.append(
@@ -156,29 +174,50 @@ H100_STEPS_PER_SECOND = {"fuzzy-logic": 1484.0, "sraven": 438.0}
 
 def plan_lines(specs: dict[str, list], size: str, jobs: int) -> list[str]:
     """Per experiment: its runs, their steps and, at the GPU size, the device minutes the
-    H100 throughput gives them (one run at a time)."""
+    H100 throughput gives them (one run or seed group at a time). A seed group of n runs
+    has not been timed on a GPU: its range runs from a group step costing one run's step
+    (the vmapped step fills an idle GPU) to no gain at all (n runs' time)."""
     lines = [f"plan ({size}, {jobs} run(s) at a time):"]
-    total = 0.0
+    low_total = high_total = 0.0
     for name, runs in specs.items():
         steps = sum(spec.config["train"]["steps"] for spec in runs)
+        units = units_of(runs)
+        grouped = sum(len(unit) for unit in units if len(unit) > 1)
+        groups = f" ({grouped} in {sum(len(u) > 1 for u in units)} seed groups)" if grouped else ""
         estimate = ""
         if size == "gpu":
-            rates = [H100_STEPS_PER_SECOND.get(s.config["task"]["name"]) for s in runs]
+            rates = [H100_STEPS_PER_SECOND.get(u[0].config["task"]["name"]) for u in units]
             if all(rates):
-                minutes = (
+                low = (
                     sum(
-                        s.config["train"]["steps"] / rate
-                        for s, rate in zip(runs, rates, strict=True)
+                        u[0].config["train"]["steps"] / rate
+                        for u, rate in zip(units, rates, strict=True)
                     )
                     / 60
                 )
-                total += minutes
-                estimate = f", about {minutes:.0f} device minutes"
+                high = (
+                    sum(
+                        len(u) * u[0].config["train"]["steps"] / rate
+                        for u, rate in zip(units, rates, strict=True)
+                    )
+                    / 60
+                )
+                low_total, high_total = low_total + low, high_total + high
+                shown = f"{high:.0f}" if low == high else f"{low:.0f}-{high:.0f}"
+                estimate = f", about {shown} device minutes"
             else:
                 estimate = ", device minutes unknown (task not timed on a GPU yet)"
-        lines.append(f"  {name}: {len(runs)} runs, {steps:,} steps{estimate}")
+        lines.append(f"  {name}: {len(runs)} runs{groups}, {steps:,} steps{estimate}")
     if size == "gpu":
-        lines.append(f"  timed sections: about {total:.0f} device minutes in all")
+        shown = (
+            f"{high_total:.0f}" if low_total == high_total else f"{low_total:.0f}-{high_total:.0f}"
+        )
+        lines.append(f"  timed sections: about {shown} device minutes in all")
+        if low_total != high_total:
+            lines.append(
+                "  (a seed group's range: from a group step costing one run's step to no gain; "
+                "seed groups are not yet timed on a GPU)"
+            )
     return lines
 
 

@@ -154,3 +154,44 @@ def test_a_time_budget_leaves_runs_for_the_next_call(reproduce, tmp_path: Path, 
     assert "run the same command again" in capsys.readouterr().err
     assert not results.exists()
     assert reproduce.main(args) == 0 and results.is_file()
+
+
+def test_the_gpu_sections_plan_in_seed_groups(reproduce, tmp_path: Path, capsys) -> None:
+    args = ["--size", "gpu", "--plan", "--seeds", "3", "--out", str(tmp_path / "runs"),
+            "--only", *reproduce.SECTIONS]  # fmt: skip
+    assert reproduce.main(args) == 0
+    printed = capsys.readouterr().out
+    # 3 groups of 156,250 SRAVEN steps at 438 steps/s: 17.8 minutes if a group step costs
+    # one run's step, 53.5 if grouping gains nothing
+    assert "sraven-main: 9 runs (9 in 3 seed groups), 1,406,250 steps, about 18-54" in printed
+    assert "fuzzy-logic-a1: 9 runs (9 in 3 seed groups), 450,000 steps, about 2-5" in printed
+    assert "hyperteacher-connected-plus: 6 runs (6 in 2 seed groups)" in printed
+    assert not (tmp_path / "runs").exists()
+    default = reproduce.main(["--size", "gpu", "--plan", "--out", str(tmp_path / "runs")])
+    assert default == 0 and "sraven-main" not in capsys.readouterr().out  # named only
+
+
+def test_every_gpu_section_dry_runs_in_seed_groups(reproduce, tmp_path: Path, capsys) -> None:
+    out, results = tmp_path / "runs", tmp_path / "docs" / "RESULTS.md"
+    args = ["--size", "tiny", "--seeds", "2", "--device", "cpu", "--jobs", "1", "--out",
+            str(out), "--results", str(results), "--only", *reproduce.SECTIONS]  # fmt: skip
+    assert reproduce.main([*args, "--time-budget", "1"]) == 3  # nothing started
+    assert reproduce.main(args) == 0
+    text = results.read_text()
+    timings = json.loads((out / "timings.json").read_text())
+    for name, module in reproduce.SECTIONS.items():
+        assert f"## {module.TITLE}" in text
+        specs = module.plan("tiny", 2, out / name)
+        groups = {spec.group for spec in specs}
+        assert len(groups) == len(specs) // 2 and "" not in groups
+        for group in groups:  # one group's wall time, shared equally by its runs
+            shares = {timings[str(s.path.relative_to(out))] for s in specs if s.group == group}
+            assert len(shares) == 1 and shares.pop() > 0
+        for spec in specs:
+            assert (spec.path / "checkpoints").is_dir()
+            assert json.loads((spec.path / "config.json").read_text())["train"] == spec.config[
+                "train"
+            ]
+    assert "| HYLA |" in text and "| 81.1 |" not in text  # fuzzy A1 prints 0.811
+    for figure in ("sraven-main-codes-hyla", "fuzzy-logic-a1-curves", "hyperteacher-plus-r2"):
+        assert (results.parent / "figures" / f"{figure}.png").stat().st_size > 1_000

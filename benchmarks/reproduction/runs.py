@@ -3,7 +3,10 @@
 An experiment plans :class:`RunSpec` s (a run directory and its resolved config);
 :func:`train_all` brings every one to its last step with
 :func:`latentlens.training.train_or_resume` (reuse a finished run, resume an interrupted
-one), ``jobs`` at a time as Ray tasks (the engine of ``latentlens sweep``). Small models
+one), ``jobs`` at a time as Ray tasks (the engine of ``latentlens sweep``). Specs that name
+the same ``group`` (runs that differ only in their seed) train as one vmapped seed group
+(:func:`latentlens.training.train_group_or_resume`; on CUDA compiled and, but for modular
+ICL, captured in a CUDA graph), each run's time recorded as its share of the group's. Small models
 train faster as several one-thread processes than as one process with several threads, so
 on a CPU the default is one job per core. Each
 run's training time is kept in ``timings.json`` beside the runs, so that a report can say
@@ -28,7 +31,12 @@ from latentlens.probes import tracking_callbacks
 from latentlens.probes.run import probe_run
 from latentlens.sweep.run import ray_map
 from latentlens.threads import available_cpus, choose_threads
-from latentlens.training import RunDirectory, list_checkpoints, train_or_resume
+from latentlens.training import (
+    RunDirectory,
+    list_checkpoints,
+    train_group_or_resume,
+    train_or_resume,
+)
 
 TIMINGS = "timings.json"
 
@@ -37,12 +45,15 @@ TIMINGS = "timings.json"
 class RunSpec:
     """One training run: where it lives, its resolved config (``Trainer.resolve_config``),
     whether the task's probes (:func:`latentlens.probes.run.probe_run`) run on it after, and
-    the run whose weights it starts from (fine-tuning; trained first)."""
+    the run whose weights it starts from (fine-tuning; trained first), and its seed
+    group: specs of one folder and one non-empty ``group`` train together as one
+    :class:`SeedGroup`."""
 
     path: Path
     config: dict[str, Any]
     probe_examples: int = 0
     init_from: Path | None = None
+    group: str = ""
 
 
 @dataclass(frozen=True)
@@ -95,6 +106,49 @@ def train_one(spec: RunSpec, runtime: Runtime) -> tuple[str, float | None]:
     return TRAINED, time.perf_counter() - start
 
 
+def train_unit(specs: list[RunSpec], runtime: Runtime) -> list[tuple[str, float | None]]:
+    """Train one run, or one seed group (specs of one ``group``) as a vmapped group:
+    each spec's fate and its seconds (a group's wall time shared equally)."""
+    if len(specs) == 1:
+        return [train_one(specs[0], runtime)]
+    if all(finished(s) and (not s.probe_examples or _probed(s)) for s in specs):
+        return [(FOUND, None)] * len(specs)
+    budget = None if runtime.deadline is None else runtime.deadline - time.time()
+    if budget is not None and budget < MINIMUM_SLICE:
+        return [(UNFINISHED, None)] * len(specs)
+    torch.set_num_threads(runtime.threads)
+    start = time.perf_counter()
+    cuda = resolve_device(runtime.device).type == "cuda"
+    graphable = specs[0].config["task"]["name"] != "modular-icl"  # see train_one
+    train_group_or_resume(
+        [s.path for s in specs],
+        [s.config for s in specs],
+        [tracking_callbacks(s.config) for s in specs],
+        compile=cuda,
+        cuda_graphs=cuda and graphable,
+        device=runtime.device,
+        quiet=True,
+        time_budget=budget,
+    )
+    share = (time.perf_counter() - start) / len(specs)
+    if not all(finished(s) for s in specs):
+        return [(UNFINISHED, share)] * len(specs)
+    for spec in specs:
+        if spec.probe_examples and not _probed(spec):
+            probe_run(spec.path, spec.probe_examples, device=runtime.device, quiet=True)
+    return [(TRAINED, (time.perf_counter() - start) / len(specs))] * len(specs)
+
+
+def units_of(specs: Sequence[RunSpec]) -> list[list[RunSpec]]:
+    """The specs as training units, in order: each seed group together, other runs alone."""
+    units: dict[str, list[RunSpec]] = {}
+    for spec in specs:
+        # a group is named within its experiment's folder
+        key = f"{spec.path.parent}:{spec.group}" if spec.group else str(spec.path)
+        units.setdefault(key, []).append(spec)
+    return list(units.values())
+
+
 # Below this many seconds left a run is not started: start-up alone would take most of it.
 MINIMUM_SLICE = 20.0
 
@@ -122,14 +176,16 @@ def train_all(
     # runs others start from, then the rest: a fine-tune needs its base finished
     first = [spec for spec in unique if spec.path in bases]
     for wave in (first, [spec for spec in unique if spec.path not in bases]):
-        names = [str(spec.path.relative_to(out)) for spec in wave]
-        if jobs == 1 or len(wave) < 2:
-            results = (train_one(spec, runtime) for spec in wave)
+        units = units_of(wave)
+        if jobs == 1 or len(units) < 2:
+            results = (train_unit(unit, runtime) for unit in units)
         else:  # Ray's workers and resource accounting, as `latentlens sweep` uses them
             here = str(Path(__file__).resolve().parents[1])  # benchmarks/: this package
-            calls = [(spec, runtime) for spec in wave]
-            results = ray_map(train_one, calls, jobs, runtime.device, python_path=[here])
-        record(timings, timings_file, names, results)
+            calls = [(unit, runtime) for unit in units]
+            results = ray_map(train_unit, calls, jobs, runtime.device, python_path=[here])
+        for unit, fates in zip(units, results, strict=True):
+            names = [str(spec.path.relative_to(out)) for spec in unit]
+            record(timings, timings_file, names, fates)
     return timings
 
 

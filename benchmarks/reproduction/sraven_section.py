@@ -189,7 +189,7 @@ def report(out: Path, size: str, seeds: int, device: str, figures: Path) -> str:
             f"{accuracy_cell(runs[name], 'ood', 'feature_accuracy')} | "
             f"{PAPER_NONLINEARITY[activation]} |"
         )
-    lines += latent_code_lines(runs, seeds)
+    lines += latent_code_lines(runs, head_counts())
     save_figure(accuracy_figure(out, seeds), figures / "sraven-accuracy", ("png",))
     for name in ("hyla", "hyla-single-head"):
         embedding = code_embedding(read_probes(runs[name][0]), title=f"{name}, seed 0")
@@ -204,7 +204,8 @@ def report(out: Path, size: str, seeds: int, device: str, figures: Path) -> str:
     return "\n".join(lines)
 
 
-def latent_code_lines(runs: dict[str, list[Path]], seeds: int) -> list[str]:
+def latent_code_lines(runs: dict[str, list[Path]], rows: list[tuple[str, str, str]]) -> list[str]:
+    """The latent-code table, one row per ``(variant, run name, "multi" | "single")``."""
     lines = [
         "",
         "The final query's latent code towards the same feature in the first two panels of "
@@ -219,7 +220,7 @@ def latent_code_lines(runs: dict[str, list[Path]], seeds: int) -> list[str]:
         "topographic ρ | p |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    for variant, name, heads in head_counts():
+    for variant, name, heads in rows:
         probes = [read_probes(run) for run in runs[name]]
         whole = [p["decoding"][0] for p in probes]  # every layer and head together
         topography = [p["topography"] for p in probes]

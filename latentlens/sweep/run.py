@@ -75,25 +75,16 @@ def train_cell(path: str, config: dict[str, Any], device: str) -> dict[str, Any]
 
 def train_group(paths: list[str], configs: list[dict[str, Any]], device: str) -> list[dict]:
     """Bring cells that differ only in their seed to their last step as one vmapped seed
-    group (a Ray worker); each cell's final metrics. Cells started apart are finished
-    apart."""
+    group (a Ray worker; :func:`~latentlens.training.train_group_or_resume`); each cell's
+    final metrics. Cells started apart are finished apart."""
     import torch
 
     from latentlens.probes import tracking_callbacks
-    from latentlens.training import RunDirectory, SeedGroup, list_checkpoints
+    from latentlens.training import train_group_or_resume
 
     torch.set_num_threads(1)
     callbacks = [tracking_callbacks(config) for config in configs]
-    existing = [RunDirectory(p).config_path.is_file() for p in paths]
-    steps = {list_checkpoints(RunDirectory(p).checkpoints)[-1][0] if e and
-             list_checkpoints(RunDirectory(p).checkpoints) else -1
-             for p, e in zip(paths, existing, strict=True)}  # fmt: skip
-    if not any(existing):
-        SeedGroup.create(paths, configs, callbacks, device=device, quiet=True).train(quiet=True)
-    elif all(existing) and len(steps) == 1 and -1 not in steps:
-        SeedGroup.resume(paths, callbacks, device=device, quiet=True).train(quiet=True)
-    else:
-        return [train_cell(p, c, device) for p, c in zip(paths, configs, strict=True)]
+    train_group_or_resume(paths, configs, callbacks, device=device, quiet=True)
     return [final_metrics(path) for path in paths]
 
 

@@ -14,7 +14,7 @@ from latentlens.training.config import (
     TASK_DEFAULTS,
     TrainConfig,
 )
-from latentlens.training.multiseed import SeedGroup, seed_configs
+from latentlens.training.multiseed import SeedGroup, seed_configs, train_group_or_resume
 from latentlens.training.run_dir import RunDirectory
 from latentlens.training.tracked_file import TrackedArray, load_tracked
 from latentlens.training.trainer import (
@@ -30,6 +30,7 @@ __all__ = [
     "SeedGroup",
     "load_tracked",
     "seed_configs",
+    "train_group_or_resume",
     "train_or_resume",
     "MODEL_DEFAULTS",
     "PRECISIONS",

@@ -331,3 +331,49 @@ class SeedGroup:
             for callback in trainer.callbacks:
                 callback.on_end(trainer)
         return last
+
+
+def train_group_or_resume(
+    runs: Sequence[str | Path],
+    configs: Sequence[dict[str, Any]],
+    callbacks: Sequence[Sequence[Callback]] | None = None,
+    compile: bool = False,
+    cuda_graphs: bool = False,
+    **runtime: Any,
+) -> list[Path]:
+    """Bring runs that differ only in their seed to their configs' last step as one seed
+    group, as :func:`~latentlens.training.train_or_resume` does for one run: reuse them if
+    all are finished, resume them as a group if all stopped at the same checkpoint, start
+    them as a group if none exists. Runs in any other state (started apart, or stopped at
+    different steps) are finished one by one. ``runtime`` as for :class:`Trainer`
+    (``device``, ``quiet``, ``time_budget``); ``compile`` and ``cuda_graphs`` apply to
+    the group. A run whose stored training config differs from its config is an error."""
+    from latentlens.training.checkpoint import list_checkpoints
+    from latentlens.training.trainer import train_or_resume
+
+    callbacks = callbacks or [()] * len(runs)
+    directories = [RunDirectory(run) for run in runs]
+    for directory, config in zip(directories, configs, strict=True):
+        if directory.config_path.is_file() and (
+            directory.read_config().get("train") != config["train"]
+        ):
+            raise ValueError(f"{directory.path} holds a different run; choose another directory")
+    last = [
+        (found[-1][0] if (found := list_checkpoints(d.checkpoints)) else -1)
+        if d.config_path.is_file()
+        else None
+        for d in directories
+    ]
+    target = configs[0]["train"]["steps"]
+    if all(step is not None and step >= target for step in last):
+        return [d.path for d in directories]
+    if all(step is None for step in last):
+        group = SeedGroup.create(runs, configs, callbacks, compile, cuda_graphs, **runtime)
+    elif len(set(last)) == 1:  # stopped together (or killed before the first checkpoint)
+        group = SeedGroup.resume(runs, callbacks, compile, cuda_graphs, **runtime)
+    else:
+        for run, config, cbs in zip(runs, configs, callbacks, strict=True):
+            train_or_resume(run, config, cbs, **runtime)
+        return [d.path for d in directories]
+    group.train(quiet=runtime.get("quiet", False))
+    return [d.path for d in directories]

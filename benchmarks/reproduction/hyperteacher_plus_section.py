@@ -1,0 +1,67 @@
+"""The hyperteacher headline alone, sized for one GPU sitting: the hypernetwork transformer
+against the vanilla transformer on the Connected+ support at the reference's 100,000 steps,
+3 seeds each trained as one vmapped seed group per model (compiled on CUDA; the teacher's
+SVD keeps the step out of a CUDA graph). The full ``hyperteacher`` experiment adds the
+Connected and Disconnected supports."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import hyperteacher
+
+from latentlens.figures import decoding_curves, metric_curves, save_figure
+from reproduction.hyperteacher_section import SIZES
+from reproduction.runs import RunSpec, mean_std
+
+TITLE = "Hyperteacher on Connected+"
+SUPPORT = "connected-plus"
+ROWS = hyperteacher.ROWS[:6]  # the Connected+ rows
+
+
+def plan(size: str, seeds: int, out: Path) -> list[RunSpec]:
+    return [
+        RunSpec(
+            out / f"{kind}-s{seed}",
+            hyperteacher.run_config(kind, SUPPORT, seed, SIZES[size]),
+            group=kind,
+        )
+        for kind in hyperteacher.MODELS
+        for seed in range(seeds)
+    ]
+
+
+def report(out: Path, size: str, seeds: int, device: str, figures: Path) -> str:
+    kinds = list(hyperteacher.MODELS)
+    numbers = {k: [hyperteacher.final_numbers(out / f"{k}-s{s}") for s in range(seeds)]
+               for k in kinds}  # fmt: skip
+    train = SIZES[size]
+    lines = [
+        f"## {TITLE}",
+        "",
+        f"{train['steps']:,} steps of batch {train['batch_size']}, lr {train['lr']}, {seeds} "
+        "seed(s), each model's seeds one seed group. Paper: 100,000 steps, read from its "
+        "figures (reference/icl_hyperteacher.md section 5).",
+        "",
+        "| quantity | " + " | ".join(f"{hyperteacher.MODELS[k]} | paper" for k in kinds) + " |",
+        "|---|" + "---|---|" * len(kinds),
+    ]
+    for key, label in ROWS:
+        cells = []
+        for kind in kinds:
+            paper = hyperteacher.PAPER.get((kind, key))
+            values = mean_std([r[key] for r in numbers[kind]])
+            cells.append(f"{values} | {'n/a' if paper is None else f'{paper:.3f}'}")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    runs = {hyperteacher.MODELS[k]: out / f"{k}-s0" for k in kinds}
+    figure = metric_curves(runs, metric="r2", ylim=(-1.0, 1.0))
+    figure.suptitle("modular ICL, Connected+ support, seed 0")
+    save_figure(figure, figures / "hyperteacher-plus-r2", ("png",))
+    save_figure(decoding_curves(runs), figures / "hyperteacher-plus-decoding", ("png",))
+    lines += [
+        "",
+        f"![R² over training, Connected+]({figures.name}/hyperteacher-plus-r2.png)",
+        f"![z decoded from each layer over training]"
+        f"({figures.name}/hyperteacher-plus-decoding.png)",
+    ]
+    return "\n".join(lines)
