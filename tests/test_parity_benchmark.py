@@ -1,0 +1,111 @@
+"""benchmarks/parity.py's statistics and reporting, on planted curves (the official code
+itself is not in CI: it needs JAX and a checkout of its repository)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from scipy import stats
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def load(name: str):
+    spec = importlib.util.spec_from_file_location(f"benchmark_{name}", BENCHMARKS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses resolve their module's annotations
+    spec.loader.exec_module(module)
+    return module
+
+
+parity = load("parity")
+
+
+def test_welch_matches_scipy_and_its_interval_covers_the_difference() -> None:
+    a, b = [0.15, 0.21, 0.12, 0.18, 0.16], [0.09, 0.06, 0.11, 0.08, 0.12]
+    diff, half, p = parity.welch(a, b)
+    expected = stats.ttest_ind(b, a, equal_var=False)
+    assert p == pytest.approx(expected.pvalue, rel=1e-10)
+    assert diff == pytest.approx(sum(b) / 5 - sum(a) / 5, abs=1e-15)
+    low, high = expected.confidence_interval(0.95)
+    assert (diff - half, diff + half) == pytest.approx((low, high), rel=1e-10)
+    assert parity.welch([1.0, 1.0], [1.0, 1.0]) == (0.0, 0.0, 1.0)
+
+
+def planted(shift: float) -> tuple[dict, dict]:
+    """Official and latentlens records of two variants, 5 seeds, latentlens's hyla
+    accuracy shifted by ``shift``."""
+    official, ours = {}, {}
+    for seed in range(5):
+        noise = 0.01 * (seed - 2)
+        for variant in ("softmax", "hyla"):
+            value = 0.2 + noise
+            official[(variant, seed)] = {"records": [
+                {"step": step, "split": split, "acc": value * step / 100, "loss": 1.0}
+                for step in (0, 100) for split in ("test", "ood", "train_loss")
+            ]}  # fmt: skip
+            mine = value + (shift if variant == "hyla" else 0.0) - 0.5 * noise
+            ours[(variant, seed)] = [
+                {"step": step, "split": split, "accuracy": mine * step / 100, "loss": 1.0}
+                for step in (0, 100) for split in ("train", "test", "ood")
+            ]  # fmt: skip
+    return official, ours
+
+
+def test_a_planted_difference_is_found_and_equal_curves_pass() -> None:
+    cfg = parity.ParityConfig(
+        data={}, model={}, batch_size=8, lr=1e-3, warmup_steps=10, steps=100, output_dim=2,
+        metrics={"acc": "accuracy", "loss": "loss"},
+    )  # fmt: skip
+    for shift, differs in ((-0.08, True), (0.0, False)):
+        table = parity.curves("sraven", cfg, *planted(shift))
+        assert set(table["official"]["hyla"]) == {"test", "ood"}  # train splits left out
+        rows = parity.summary_rows(cfg, table)
+        assert len(rows) == 2 * 2 * 2  # variants x splits x metrics, at the last step
+        hyla = [r for r in rows if r["variant"] == "hyla" and r["metric"] == "accuracy"]
+        assert all(r["step"] == 100 for r in hyla)
+        assert all((r["p"] < 0.05) == differs for r in hyla)
+        softmax = [r for r in rows if r["variant"] == "softmax" and r["metric"] == "accuracy"]
+        assert all(r["p"] > 0.05 for r in softmax)
+        text = parity.markdown("sraven", cfg, rows, 5, "python benchmarks/parity.py", None)
+        assert f"{2 if differs else 0} of 8 comparisons differ" in text
+
+
+def test_refusals_name_the_fix(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit):
+        parity.main(["--official", str(tmp_path)])
+    assert "not a checkout of smonsays/hypernetwork-attention" in capsys.readouterr().err
+    short = parity.ParityConfig(**{**parity.CONFIGS["sraven"].__dict__, "steps": 200})
+    with pytest.raises(SystemExit, match="must exceed twice warmup_steps"):
+        parity.official_spec("sraven", short, "hyla", 0)
+    driver = load("parity_official")
+    with pytest.raises(SystemExit, match="not a checkout"):
+        driver.import_official(tmp_path)
+
+
+def test_results_section_sets_each_comparison_beside_its_earlier_version(tmp_path: Path) -> None:
+    cfg = parity.ParityConfig(
+        data={}, model={}, batch_size=8, lr=1e-3, warmup_steps=10, steps=100, output_dim=2,
+        metrics={"acc": "accuracy", "loss": "loss"},
+    )  # fmt: skip
+
+    for name, shift in (("parity_sraven.json", 0.0), ("parity_sraven-before.json", -0.08)):
+        rows = parity.summary_rows(cfg, parity.curves("sraven", cfg, *planted(shift)))
+        lock = [
+            {"variant": "hyla", "steps": 30, "max_abs_difference": 1e-3,
+             "control_difference": 2e-3, "last_official": 1.0, "last_latentlens": 1.0}
+        ]  # fmt: skip
+        result = {"task": "sraven", "config": cfg.__dict__, "summary": rows, "lockstep": lock}
+        (tmp_path / name).write_text(json.dumps(result))
+    text = parity.results_section(tmp_path)
+    assert text.startswith(parity.SECTION_TITLE)
+    table = [line for line in text.splitlines() if line.startswith("| hyla | ood | accuracy")]
+    assert len(table) == 1
+    cells = [c.strip() for c in table[0].strip("|").split("|")]
+    assert cells[6] == "1.000" and float(cells[8]) < 0.05  # now equal; before, it differed
+    assert "0 of 8 comparisons at p <= 0.05" in text
+    assert "control 2.0e-03" in text and "figures/parity-sraven.png" in text
