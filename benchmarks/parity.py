@@ -20,8 +20,11 @@ Finished runs are kept under ``--out`` and reused (a run whose spec changed is r
 the command can be stopped and run again. Writes, per task, ``parity_{task}.json`` (every
 curve, per seed) and ``parity_{task}.md`` (the table) under ``--results`` and the learning
 curves to ``docs/figures/parity-{task}.png``. ``--label NAME`` names another version of
-latentlens's side (e.g. ``before``, run with an older checkout first on ``PYTHONPATH``): its
-runs go to their own folder and its files end in ``-NAME``, the official runs are shared.
+latentlens's side (e.g. ``before``): its runs go to their own folder and its files end in
+``-NAME``, the official runs are shared. Run it with the other version installed
+(not editable: an editable install wins over ``PYTHONPATH``) in its own environment, from a
+folder outside the checkout (Ray puts the driver's working directory on its workers'
+import path), with absolute ``--out``, ``--results`` and ``--figures``.
 
 The test: Welch's two-sided t-test of the seed means (official vs latentlens) for each
 variant, split and metric at the last step, with the 95% interval of the difference.
@@ -544,7 +547,9 @@ def results_section(results: Path) -> str:
         "official-code)): the official JAX code and latentlens trained on the same small "
         "configurations, 5 seeds each, evaluated on fresh problems; Welch's two-sided test "
         "at the last step. *before*: latentlens before the relative-position initialisation "
-        "was fixed (its own runs, the same official runs).",
+        "was fixed (its own runs, the same official runs). The fix (commit 6ba4c21, "
+        "2026-11-25) changes every model with relative positions; the other sections of "
+        "this page were trained before it and, as of that date, not yet again.",
     ]
     for path in sorted(results.glob("parity_*.json")):
         if path.stem.endswith("-before"):
@@ -575,12 +580,17 @@ def results_section(results: Path) -> str:
                 f"{row['difference'] + row['ci95']:+.3f}] | {row['p']:.3f} | {old_cells} |"
             )
         below = sum(r["p"] <= 0.05 for r in result["summary"])
-        lines += ["", f"{below} of {len(result['summary'])} comparisons at p <= 0.05."]
+        lines += ["", f"{below} of {len(result['summary'])} comparisons at p <= 0.05.", ""]
         for row in result.get("lockstep", []):
             lines.append(
-                f"Lockstep ({row['steps']} steps, same weights and batches), {row['variant']}: "
+                f"- Lockstep ({row['steps']} steps, same weights and batches), {row['variant']}: "
                 f"largest loss difference {row['max_abs_difference']:.1e}, control "
                 f"{row['control_difference']:.1e}."
+            )
+        for name, check in (result.get("data_check") or {}).items():
+            lines.append(
+                f"- Data, {name}: largest |z| {check['max_abs_z']:.2f} of {check['count']} "
+                "(50,000 problems a side)."
             )
         task = result["task"]
         lines += ["", f"![{task}: learning curves of both implementations, mean ± std over "
@@ -604,25 +614,29 @@ def figure(task: str, table: dict[str, Any], path: Path) -> None:
     for i, variant in enumerate(variants):
         for j, (split, metric) in enumerate(panels):
             ax = axes[i][j]
+            shown = []  # the band after the initialisation, which sets the y-range
             for impl, colour in (("official", "tab:grey"), ("latentlens", "tab:blue")):
                 by_step = table[impl][variant][split][metric]
                 steps = sorted(by_step)
                 stats = [mean_std(by_step[s]) for s in steps]
                 means = [m for m, _ in stats]
                 ax.plot(steps, means, color=colour, label=impl)
-                ax.fill_between(
-                    steps,
-                    [m - s for m, s in stats],
-                    [m + s for m, s in stats],
-                    color=colour,
-                    alpha=0.25,
-                    linewidth=0,
-                )
+                ax.fill_between(steps, [m - s for m, s in stats], [m + s for m, s in stats],
+                                color=colour, alpha=0.25, linewidth=0)  # fmt: skip
+                shown += [v for step, (m, s) in zip(steps, stats, strict=True) if step > 0
+                          for v in (m - s, m + s)]  # fmt: skip
+            if shown:  # the untrained model's values at step 0 would flatten the curves
+                low, high = min(shown), max(shown)
+                pad = 0.1 * (high - low) or 0.01
+                ax.set_ylim(low - pad, high + pad)
             ax.set_title(f"{variant}: {split} {metric}", fontsize=9)
             ax.set_xlabel("step")
             if i == 0 and j == 0:
                 ax.legend(fontsize=8)
-    fig.suptitle(f"{task}: official JAX code vs latentlens (mean ± std over seeds)")
+    fig.suptitle(
+        f"{task}: official JAX code vs latentlens (mean ± std over seeds; y-range "
+        "from the first evaluation after step 0)"
+    )
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
@@ -716,6 +730,8 @@ def main(argv: list[str] | None = None) -> int:
             "config": cfg.__dict__,
             "seeds": args.seeds,
             "versions": next(iter(official.values()))["versions"],
+            "lockstep": locked,
+            "data_check": data,
             "curves": table,
             "summary": rows,
         }

@@ -46,10 +46,11 @@ def test_teacher_forced_loss_falls(tmp_path: Path, model: str, fuse: str, connec
     records = {r["split"]: r for r in trainer.train()}
     assert set(records) == {"train", "test", "cg"}
     # seeded: a fresh model is near ln(343) = 5.8 nats per token (chance accuracy 1/343);
-    # 300 steps of this tiny model reach about 1.5 nats and token accuracy 0.55-0.6, with
-    # and without fuse-attention
+    # 300 steps of this tiny model bring the loss to 0.29-0.30 of its start (seeds 2024, 1,
+    # 2; 0.26 with fuse-attention) and token accuracy to 0.54-0.62; a model that does not
+    # learn stays near 1
     assert before["loss"] > 5.0
-    assert records["train"]["loss"] < 0.3 * before["loss"]
+    assert records["train"]["loss"] < 0.35 * before["loss"]
     assert records["train"]["token_accuracy"] > 0.45
 
 
