@@ -189,9 +189,9 @@ def test_every_gpu_section_dry_runs_in_seed_groups(reproduce, tmp_path: Path, ca
             assert len(shares) == 1 and shares.pop() > 0
         for spec in specs:
             assert (spec.path / "checkpoints").is_dir()
-            assert json.loads((spec.path / "config.json").read_text())["train"] == spec.config[
-                "train"
-            ]
+            assert (
+                json.loads((spec.path / "config.json").read_text())["train"] == spec.config["train"]
+            )
     assert "| HYLA |" in text and "| 81.1 |" not in text  # fuzzy A1 prints 0.811
     for figure in ("sraven-main-codes-hyla", "fuzzy-logic-a1-curves", "hyperteacher-plus-r2"):
         assert (results.parent / "figures" / f"{figure}.png").stat().st_size > 1_000
