@@ -139,28 +139,27 @@ def official_spec(task: str, cfg: ParityConfig, variant: str, seed: int) -> dict
     }
 
 
+def run_driver(official: Path, spec: dict[str, Any], out: Path, *mode: str) -> None:
+    """``parity_official.py`` on ``spec`` (written beside ``out`` as ``.spec.json``),
+    writing ``out``; ``mode``: e.g. ``("--lockstep", "300")``. A failure ends the benchmark
+    with the driver's last error line."""
+    spec_path = out.with_suffix(".spec.json")
+    spec_path.write_text(json.dumps(spec, indent=1))
+    command = [sys.executable, str(HERE / "parity_official.py"), "--official", str(official),
+               "--spec", str(spec_path), "--out", str(out), *mode]  # fmt: skip
+    finished = subprocess.run(command, capture_output=True, text=True)
+    if finished.returncode:
+        tail = (finished.stderr or finished.stdout).strip().splitlines()[-1:]
+        raise SystemExit(f"error: the official code failed ({out.name}): {' '.join(tail)}")
+
+
 def run_official(official: Path, spec: dict[str, Any], out: Path) -> dict[str, Any]:
     """The official run of ``spec``, trained unless ``out`` already holds it."""
     if out.is_file():
         done = json.loads(out.read_text())
         if done.get("spec") == spec:
             return done
-    spec_path = out.with_suffix(".spec.json")
-    spec_path.write_text(json.dumps(spec, indent=1))
-    command = [
-        sys.executable,
-        str(HERE / "parity_official.py"),
-        "--official",
-        str(official),
-        "--spec",
-        str(spec_path),
-        "--out",
-        str(out),
-    ]
-    finished = subprocess.run(command, capture_output=True, text=True)
-    if finished.returncode:
-        tail = (finished.stderr or finished.stdout).strip().splitlines()[-1:]
-        raise SystemExit(f"error: the official run {out.stem} failed: {' '.join(tail)}")
+    run_driver(official, spec, out)
     return json.loads(out.read_text())
 
 
@@ -211,23 +210,7 @@ def data_check(official: Path, cfg: ParityConfig, count: int, folder: Path) -> d
 
     spec = official_spec("sraven", cfg, "softmax", 0)
     path = folder / "official_sample.npz"
-    spec_path = folder / "official_sample.spec.json"
-    spec_path.write_text(json.dumps(spec))
-    command = [
-        sys.executable,
-        str(HERE / "parity_official.py"),
-        "--official",
-        str(official),
-        "--spec",
-        str(spec_path),
-        "--out",
-        str(path),
-        "--sample",
-        str(count),
-    ]
-    finished = subprocess.run(command, capture_output=True, text=True)
-    if finished.returncode:
-        raise SystemExit(f"error: the official sample failed: {finished.stderr.strip()[-300:]}")
+    run_driver(official, spec, path, "--sample", str(count))
     theirs = np.load(path)
     task = SRavenTask(SRavenConfig(**cfg.data), seed=1)
     in_share = len(task.in_dist_indices) / len(task.rule_multisets)
@@ -319,23 +302,7 @@ def lockstep(
 
     spec = official_spec(task, cfg, variant, 0)
     path = folder / f"lockstep-{variant}.npz"
-    spec_path = folder / f"lockstep-{variant}.spec.json"
-    spec_path.write_text(json.dumps(spec))
-    command = [
-        sys.executable,
-        str(HERE / "parity_official.py"),
-        "--official",
-        str(official),
-        "--spec",
-        str(spec_path),
-        "--out",
-        str(path),
-        "--lockstep",
-        str(steps),
-    ]
-    finished = subprocess.run(command, capture_output=True, text=True)
-    if finished.returncode:
-        raise SystemExit(f"error: the official lockstep failed: {finished.stderr.strip()[-300:]}")
+    run_driver(official, spec, path, "--lockstep", str(steps))
     arrays = np.load(path)
     model = model_for_task(
         task, cfg.data, **{**cfg.model, "attention": variant, "attention_dropout": 0.0}

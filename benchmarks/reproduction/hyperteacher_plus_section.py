@@ -10,8 +10,7 @@ from pathlib import Path
 
 import hyperteacher
 
-from latentlens.figures import decoding_curves, metric_curves, save_figure
-from reproduction.hyperteacher_section import SIZES
+from reproduction.hyperteacher_section import SIZES, connected_plus_figures
 from reproduction.runs import RunSpec, mean_std
 
 TITLE = "Hyperteacher on Connected+"
@@ -54,14 +53,5 @@ def report(out: Path, size: str, seeds: int, device: str, figures: Path) -> str:
             cells.append(f"{values} | {'n/a' if paper is None else f'{paper:.3f}'}")
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     runs = {hyperteacher.MODELS[k]: out / f"{k}-s0" for k in kinds}
-    figure = metric_curves(runs, metric="r2", ylim=(-1.0, 1.0))
-    figure.suptitle("modular ICL, Connected+ support, seed 0")
-    save_figure(figure, figures / "hyperteacher-plus-r2", ("png",))
-    save_figure(decoding_curves(runs), figures / "hyperteacher-plus-decoding", ("png",))
-    lines += [
-        "",
-        f"![R² over training, Connected+]({figures.name}/hyperteacher-plus-r2.png)",
-        f"![z decoded from each layer over training]"
-        f"({figures.name}/hyperteacher-plus-decoding.png)",
-    ]
+    lines += connected_plus_figures(runs, figures, "hyperteacher-plus")
     return "\n".join(lines)

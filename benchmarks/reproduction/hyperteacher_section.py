@@ -70,13 +70,19 @@ def report(out: Path, size: str, seeds: int, device: str, figures: Path) -> str:
             cells.append(f"{table[kind][key]} | {'n/a' if paper is None else f'{paper:.3f}'}")
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     runs = {hyperteacher.MODELS[k]: run_path(out, k, "connected-plus", 0) for k in kinds}
+    lines += connected_plus_figures(runs, figures, "hyperteacher")
+    return "\n".join(lines)
+
+
+def connected_plus_figures(runs: dict[str, Path], figures: Path, name: str) -> list[str]:
+    """R² and z-decoding curves of the Connected+ runs (by model label), saved as
+    ``{name}-r2`` and ``{name}-decoding``; the report's lines that show them."""
     figure = metric_curves(runs, metric="r2", ylim=(-1.0, 1.0))
     figure.suptitle("modular ICL, Connected+ support, seed 0")
-    save_figure(figure, figures / "hyperteacher-r2", ("png",))
-    save_figure(decoding_curves(runs), figures / "hyperteacher-decoding", ("png",))
-    lines += [
+    save_figure(figure, figures / f"{name}-r2", ("png",))
+    save_figure(decoding_curves(runs), figures / f"{name}-decoding", ("png",))
+    return [
         "",
-        f"![R² over training, Connected+]({figures.name}/hyperteacher-r2.png)",
-        f"![z decoded from each layer over training]({figures.name}/hyperteacher-decoding.png)",
+        f"![R² over training, Connected+]({figures.name}/{name}-r2.png)",
+        f"![z decoded from each layer over training]({figures.name}/{name}-decoding.png)",
     ]
-    return "\n".join(lines)
