@@ -56,3 +56,35 @@ def test_readme_python_example_runs(
     missing = defined - names.keys()
     assert not missing, f"README python example {index + 1} no longer defines {sorted(missing)}"
     check(names)
+
+
+def test_ci_runs_the_readme_quick_start_and_the_docs_repeat_it() -> None:
+    """.ci/run executes the lines .ci/readme_quick_start.py reads from the README, which
+    are the quick-start block; getting-started shows the same block, with the CPU pin."""
+    import subprocess
+    import sys
+
+    root = README.parent
+    printed = subprocess.run(
+        [sys.executable, str(root / ".ci/readme_quick_start.py"), str(README)],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    block = re.search(r"## Quick start\n\n```bash\n(.*?)```", README.read_text(), flags=re.S)
+    assert block and printed == block.group(1).strip()
+    assert "torch==2.13.0" in printed.splitlines()[0]  # a CPU machine gets the CPU build
+    assert "readme_quick_start.py README.md" in (root / ".ci/run").read_text()
+    guide = (root / "docs/getting-started.md").read_text()
+    assert f"```bash\n{printed}\n```" in guide
+
+
+def test_readme_quick_start_extraction_names_the_file_without_a_block(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    bad = tmp_path / "README.md"
+    bad.write_text("# x\n\n## Quick start\n\nno block\n\n## Next\n")
+    done = subprocess.run(
+        [sys.executable, str(README.parent / ".ci/readme_quick_start.py"), str(bad)],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert done.returncode == 1 and str(bad) in done.stderr and "Traceback" not in done.stderr

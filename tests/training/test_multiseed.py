@@ -21,6 +21,18 @@ from latentlens.training import (
     seed_configs,
 )
 
+
+def assert_same_metrics(a: dict[str, Any], b: dict[str, Any], rel: float, abs: float) -> None:
+    """Two metrics rows agree: the same keys, numbers within the tolerances, every other
+    field (the split's name) exactly. pytest.approx refuses a dict holding a string."""
+    assert a.keys() == b.keys()
+    for key, value in a.items():
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            assert value == pytest.approx(b[key], rel=rel, abs=abs), key
+        else:
+            assert value == b[key], key
+
+
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 TINY = dict(d_model=16, n_heads=4, qk_dim=8, v_dim=8, d_mlp=32)
@@ -72,7 +84,7 @@ def test_each_seed_trains_as_its_own_run_would(task: str, tmp_path: Path) -> Non
             # the same data, init and updates; vmapped kernels only sum floats in another
             # order (measured differences <= 2.4e-7 on values of order 1, 6.2e-7 relative on
             # an untrained fuzzy-logic R² of -20, where float32 rounding scales with it)
-            assert a == pytest.approx(b, rel=2e-6, abs=1e-5)
+            assert_same_metrics(a, b, rel=2e-6, abs=1e-5)
         # --track's recorder, from the initialisation (step 0) on, as the run alone records
         tracked = sorted((tmp_path / f"g{seed}/tracking").glob("*.safetensors"))
         assert tracked, "the --track recorder wrote nothing"
@@ -184,7 +196,7 @@ def test_a_graphed_group_resumed_ends_as_an_uninterrupted_one(tmp_path: Path) ->
         after = RunDirectory(run).read_metrics()
         assert [(r["step"], r["split"]) for r in after] == [(r["step"], r["split"]) for r in before]
         for a, b in zip(after, before, strict=True):
-            assert a == pytest.approx(b, rel=1e-5, abs=1e-6)
+            assert_same_metrics(a, b, rel=1e-5, abs=1e-6)
 
 
 def test_the_cli_trains_and_resumes_seeds_together(tmp_path: Path, capsys) -> None:
