@@ -1,6 +1,6 @@
 """FUSION and the encoder-decoder layer connection (GCA) on compositional translation.
 
-Implements the comparisons of reference/fusion_gca.md on latentlens's synthetic translation
+Implements the comparisons of docs/methods/models.md on latentlens's synthetic translation
 task (CoGnition itself is not available offline): the baseline encoder-decoder against
 fuse-attention in the encoder, the decoder and both (CTER at instance and aggregate level,
 BLEU), the layer connection with the ``original`` and the ``gca`` initialisation, and the
@@ -64,7 +64,7 @@ SYSTEMS: dict[str, dict[str, str]] = {
     "connection-original": dict(fuse="none", connection="original"),
     "connection-gca": dict(fuse="none", connection="gca"),
 }
-# reference/fusion_gca.md section 1: CoGnition CTER relative to the baseline, in percent
+# docs/methods/numbers.md: CoGnition CTER relative to the baseline, in percent
 PAPER_RELATIVE_CTER = {
     "fusion-encoder": (-7.2, -9.6),
     "fusion-decoder": (-2.6, -4.1),

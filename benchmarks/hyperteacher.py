@@ -1,4 +1,4 @@
-"""Reproduce the table of reference/icl_hyperteacher.md section 5 (seed 003's paper).
+"""Reproduce the table of docs/methods/numbers.md (seed 003's paper).
 
 Trains the hypernetwork transformer and the vanilla transformer on modular in-context
 regression with the Connected+, Connected and Disconnected supports, several seeds each,
@@ -44,7 +44,7 @@ SIZES: dict[str, dict[str, Any]] = {
 }  # fmt: skip
 MODELS = {"hypernetwork": "hypernetwork transformer", "transformer": "vanilla transformer"}
 SUPPORTS = ("connected-plus", "connected", "disconnected")
-# reference/icl_hyperteacher.md section 5 (read from the paper's figures)
+# docs/methods/numbers.md (read from the paper's figures)
 PAPER = {
     ("hypernetwork", "ood_r2"): 0.987,
     ("transformer", "ood_r2"): 0.871,

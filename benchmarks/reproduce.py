@@ -2,7 +2,7 @@
 
 Every latentlens number in the written file comes from the runs this script trains (or
 finds finished in ``--out``); the published and official figures beside them come from
-../shared/reference/. Experiments (one module each in ``benchmarks/reproduction/``):
+docs/methods/numbers.md. Experiments (one module each in ``benchmarks/reproduction/``):
 
 - ``fuzzy-logic``: softmax, linear and HYLA; test and ood R²; a frac_test sweep; the
   latent-code decoding R².
@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         "",
         "Written by `benchmarks/reproduce.py`; every latentlens number below was measured by "
         "it, none typed by hand. Published and official figures come from "
-        "../shared/reference/.",
+        "[Methods: numbers](methods/numbers.md).",
         "",
         f"Command: `{command}`  ",
         f"Machine: {platform.machine()} {platform.system()}, {torch.get_num_threads()} CPU "

@@ -5,7 +5,7 @@ objective ``--compile`` compiles: the batch's assembly, the model and the loss; 
 element-wise update is left out) with :class:`torch.utils.flop_counter.FlopCounterMode`,
 for the hooked model and its plain-PyTorch twin at the reference's sizes and batch 128,
 and sets them beside the time they take at a GPU's peak rate and beside the step time the
-official code reaches (reference/hyla.md section 7) and the 3x target allows. Where the
+official code reaches (docs/methods/numbers.md) and the 3x target allows. Where the
 arithmetic at peak is a small share of the target, a step's time is kernel latency and
 memory traffic, and only fewer kernels (CUDA graphs, fusion, seeds sharing kernels) can
 meet the target; faster arithmetic (TF32, bf16) cannot. Counting runs on any device.
@@ -54,7 +54,7 @@ def main() -> None:
         f"FLOPs of a training step's forward and backward, batch 128, reference sizes; "
         f"time at {args.fp32_tflops:g} TFLOP/s (float32) and {args.tf32_tflops:g} TFLOP/s "
         f"(TF32) beside the official code's step and the {TARGET['cuda']:g}x target's "
-        "(GPU, reference/hyla.md section 7)\n"
+        "(GPU, docs/methods/numbers.md)\n"
     )
     header = (
         f"{'task':<12}{'variant':<9}{'GFLOP':>7}{'twin':>7}{'fp32 us':>9}{'tf32 us':>9}"

@@ -3,7 +3,7 @@
 For softmax, linear and HYLA on fuzzy logic and SRAVEN at the reference's default sizes and
 batch 128, it times the Trainer's whole step (data made on the device, forward, backward,
 fused AdamW) beside a plain-PyTorch twin of the model with the same step, on this machine,
-and prints both next to the official JAX code's steps/s from reference/hyla.md section 7.
+and prints both next to the official JAX code's steps/s from docs/methods/numbers.md.
 
 The official CPU figures were taken on another 2-core machine, side by side with a plain
 PyTorch twin (36-37 steps/s softmax, 33-34 HYLA there). Where that twin's figure is known,
@@ -47,7 +47,7 @@ from latentlens.training import (
 from latentlens.training.graphs import GraphedStep  # noqa: E402
 
 VARIANTS = ("softmax", "linear", "hyla")
-# reference/hyla.md section 7: official JAX steps/s, and the plain twin beside it.
+# docs/methods/numbers.md: official JAX steps/s, and the plain twin beside it.
 OFFICIAL = {
     ("cpu", "fuzzy-logic"): {"softmax": 22.0, "linear": 25.0, "hyla": 17.0},
     ("cuda", "fuzzy-logic"): {"softmax": 346.0, "linear": 322.0, "hyla": 333.0},
@@ -181,7 +181,7 @@ def main() -> None:
             f"{official or float('nan'):>10.0f}{direct:>13}{calibrated:>12}"
         )
     print(
-        "\nofficial: reference/hyla.md section 7 (JAX; CPU figures exist for fuzzy logic "
+        "\nofficial: docs/methods/numbers.md (JAX; CPU figures exist for fuzzy logic "
         "only). calibrated = ll/twin here x twin/official on the official machine."
     )
 

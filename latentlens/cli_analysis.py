@@ -17,7 +17,7 @@ def add_analysis_parsers(commands: argparse._SubParsersAction) -> None:
         "probe",
         help="probe a trained run's latent codes into RUN/probes/results.json; several "
         "runs are also summarised side by side",
-        description="Run the task's latent-code protocol (reference/hyla.md section 6) on a "
+        description="Run the task's latent-code protocol (docs/methods/probes.md) on a "
         "trained run: linear decoders with chance and shuffled-label controls per layer and "
         "head, clustering, embeddings, topographic similarity, head ablations and patching. "
         "Given several runs (variants, or the seeds of `train --seeds`), probe each and "

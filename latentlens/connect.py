@@ -1,5 +1,5 @@
 """Seed 001's layer-connection experiment on latentlens's own encoder-decoder
-(reference/fusion_gca.md section 3): a pretrained translation model (a finished
+(docs/methods/models.md): a pretrained translation model (a finished
 ``translation`` run) fine-tuned in four conditions with one training config for all four:
 
 1. ``original``: the layer connection inserted with the original initialisation (at step
@@ -51,7 +51,7 @@ CONDITIONS: dict[str, Condition] = {
     "gca": Condition("bridge, GCA init, fine-tuned", "gca", True),
     "scratch": Condition("all re-initialised + bridge, from scratch", "original", False),
 }
-# reference/fusion_gca.md section 3: opus-mt-de-en on wmt16 de-en after 1 epoch
+# docs/methods/numbers.md: opus-mt-de-en on wmt16 de-en after 1 epoch
 PAPER = {
     "original": {"bleu": 33.60, "eval_loss": 1.336},
     "unmodified": {"bleu": 36.43, "eval_loss": 1.182},

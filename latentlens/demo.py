@@ -1,7 +1,7 @@
 """``latentlens demo``: from nothing to a report, on a CPU, in minutes.
 
 Trains softmax, linear and HYLA attention on fuzzy logic at a small size, probes their
-latent codes (reference/hyla.md section 6), draws the figures and writes ``report.md`` and
+latent codes (docs/methods/probes.md), draws the figures and writes ``report.md`` and
 a self-contained ``report.html`` saying what was run and what came out.
 """
 
@@ -123,7 +123,7 @@ def constant_code_note(names: list[str]) -> str:
 
 
 # The official code's test R² (held-out combinations) at the default model and 50,000
-# steps, one seed each (reference/hyla.md section 7): how far the demo is from converged.
+# steps, one seed each (docs/methods/numbers.md): how far the demo is from converged.
 OFFICIAL_TEST_R2 = {"softmax": 0.704, "linear": 0.749, "hyla": 0.760}
 OFFICIAL_STEPS = 50_000
 
@@ -233,7 +233,7 @@ def _sections(runs, results, figures, curves, structure, size, wall, size_name, 
             f"Model: {model['n_layers']} layers, d_model {model['d_model']}, {model['n_heads']} "
             f"heads, MLP {model['d_mlp']}. Training: {train['steps']} steps of batch "
             f"{train['batch_size']}, AdamW lr {train['lr']}, seed {train['seed']}.",
-            "Probes (reference/hyla.md section 6): the latent code of the last token attending "
+            "Probes (docs/methods/probes.md): the latent code of the last token attending "
             "to itself, with a query input shared by all tasks, per layer and head; a ridge "
             "decoder of the 8 term bits fit on one half of the held-out-combination examples "
             "and scored on the other; clustering against the term combinations; topographic "
@@ -269,7 +269,7 @@ def _sections(runs, results, figures, curves, structure, size, wall, size_name, 
             ranking_sentence(scores),
             f"These models are far from converged: {train['steps']:,} steps, against the "
             f"{OFFICIAL_STEPS:,} at which the official code reaches the test R² in the table "
-            "(one seed each, reference/hyla.md section 7). ± is the standard error over the "
+            "(one seed each, docs/methods/numbers.md). ± is the standard error over the "
             f"evaluation batches ({examples:,} examples a split, the run's fixed evaluation "
             "set); the head ablations are measured on the same test examples, so their "
             "baseline is the table's test R².",

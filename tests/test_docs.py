@@ -40,3 +40,43 @@ def test_the_docs_site_builds_strictly_with_notebooks_and_api_reference(tmp_path
     sraven = (site / "notebooks" / "02_sraven_latent_codes" / "index.html").read_text()
     assert "Plotly.newPlot" in sraven  # the embedding stays interactive
     assert (site / "figures" / "fuzzy-logic-sweep.png").is_file()
+
+
+# Files a user does not have: the project's specification lives outside the repository.
+OUTSIDE = re.compile(
+    r"reference/(?:hyla|icl_hyperteacher|fusion_gca)\.md|\.\./shared|shared/(?:DESIGN|reference)"
+    r"|reference section \d"
+)
+CITABLE = (".py", ".md", ".ipynb", ".yml", ".toml")
+
+
+def tracked_text_files() -> list[Path]:
+    listed = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True)
+    if listed.returncode != 0:  # not a git checkout (an sdist): every file below the root
+        return [p for p in ROOT.rglob("*") if p.suffix in CITABLE and ".git" not in p.parts]
+    return [ROOT / name for name in listed.stdout.split() if name.endswith(CITABLE)]
+
+
+def test_nothing_cites_a_file_outside_the_repository() -> None:
+    """Equations, protocols and published numbers are cited from docs/methods/, which
+    ships with the code; a citation of the off-repository specification is a dead end."""
+    this = Path(__file__).resolve()
+    found = [
+        f"{path.relative_to(ROOT)}:{number}: {line.strip()[:80]}"
+        for path in tracked_text_files()
+        if path.resolve() != this
+        for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1)
+        if OUTSIDE.search(line)
+    ]
+    assert not found, "cite docs/methods/ instead:\n" + "\n".join(found)
+
+
+def test_every_methods_page_a_file_cites_exists() -> None:
+    cited = {
+        match
+        for path in tracked_text_files()
+        for match in re.findall(r"docs/methods/[\w-]+\.md", path.read_text(errors="replace"))
+    }
+    assert cited, "the code cites its methods pages"
+    missing = sorted(page for page in cited if not (ROOT / page).is_file())
+    assert not missing, f"cited methods pages that do not exist: {missing}"

@@ -1,5 +1,5 @@
 """The layer connection inserted into a pretrained translation model (seed 001,
-reference/fusion_gca.md section 3) on latentlens's own encoder-decoder: each seed's
+docs/methods/models.md) on latentlens's own encoder-decoder: each seed's
 baseline of the translation experiment is the pretrained model, fine-tuned in the four
 conditions of ``latentlens connect`` with one training config; BLEU, CTER, loss, the
 differences from the unmodified fine-tune with 95% intervals, and where the routing goes."""
@@ -85,7 +85,8 @@ def report(out: Path, size: str, seeds: int, device: str, figures: Path) -> str:
     lines = [
         f"## {TITLE}",
         "",
-        "Seed 001's experiment (reference/fusion_gca.md section 3) on latentlens's "
+        "Seed 001's experiment ([Methods: models](methods/models.md#the-encoderdecoder-layer-"
+        "connection-original-and-gca)) on latentlens's "
         "encoder-decoder: each seed's translation baseline above "
         f"({base_config['train']['steps']:,} steps at lr {base_config['train']['lr']:g}) is "
         "the pretrained model, then fine-tuned in four conditions with one config for all "

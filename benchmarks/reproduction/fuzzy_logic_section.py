@@ -1,4 +1,4 @@
-"""Fuzzy logic (reference/hyla.md sections 4, 6, 7): softmax, linear and HYLA; test
+"""Fuzzy logic (docs/methods/tasks.md): softmax, linear and HYLA; test
 (held-out combinations, the paper's OOD) and ood (never-seen terms) R²; a frac_test sweep;
 the latent-code decoding R² (ridge from the last token's self-codes, held-out half)."""
 
@@ -32,7 +32,7 @@ SIZES: dict[str, dict[str, Any]] = {
                  frac_tests=(0.3, 0.5), probe_examples=128),
 }  # fmt: skip
 MAIN_FRAC = 0.5
-# reference/hyla.md section 7: the official code, 50,000 steps, frac_test 0.5, one seed
+# docs/methods/numbers.md: the official code, 50,000 steps, frac_test 0.5, one seed
 OFFICIAL = {"softmax": (0.704, -0.55), "linear": (0.749, -0.49), "hyla": (0.760, -0.48)}
 # paper Table A1 (T=32, frac_test 0.7): OOD (held-out combination) R², printed there x 100
 PAPER_TABLE_A1 = {"softmax": 0.633, "linear": 0.599, "hyla": 0.811}
@@ -129,7 +129,8 @@ def markdown(rows: dict[str, dict[float, list[dict]]], seeds: int, figures: str)
         f"## {TITLE}",
         "",
         f"frac_test {MAIN_FRAC}, {seeds} seed(s); official: the official code's one-seed run "
-        "at 50,000 steps (reference/hyla.md section 7). test = held-out combinations of seen "
+        "at 50,000 steps ([Methods: numbers](methods/numbers.md#the-official-codes-anchor-runs)). "
+        "test = held-out combinations of seen "
         "terms (the paper's OOD), ood = never-seen terms; decoding = ridge R² of the term "
         "bits from the last layer's self-codes, held-out half.",
         "",

@@ -40,7 +40,7 @@ def report(out: Path, size: str, seeds: int, device: str, figures: Path) -> str:
         "",
         f"{train['steps']:,} steps of batch {train['batch_size']}, lr {train['lr']}, {seeds} "
         "seed(s), each model's seeds one seed group. Paper: 100,000 steps, read from its "
-        "figures (reference/icl_hyperteacher.md section 5).",
+        "figures ([Methods: numbers](methods/numbers.md#modular-in-context-regression)).",
         "",
         "| quantity | " + " | ".join(f"{hyperteacher.MODELS[k]} | paper" for k in kinds) + " |",
         "|---|" + "---|---|" * len(kinds),

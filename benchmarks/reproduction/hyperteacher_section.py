@@ -1,4 +1,4 @@
-"""Modular in-context regression (reference/icl_hyperteacher.md section 5): the
+"""Modular in-context regression (docs/methods/numbers.md): the
 hypernetwork transformer against the vanilla transformer on the Connected+, Connected and
 Disconnected supports, with z decoded from every layer over training. The runs and the
 table are those of ``benchmarks/hyperteacher.py``."""
@@ -56,7 +56,8 @@ def report(out: Path, size: str, seeds: int, device: str, figures: Path) -> str:
         "",
         f"{train['steps']:,} steps of batch {train['batch_size']}, lr {train['lr']}, "
         f"{seeds} seed(s); R² on {train['eval_examples']:,} sequences. Paper: 100,000 steps, "
-        "numbers read from its figures (reference/icl_hyperteacher.md section 5). Probes: "
+        "numbers read from its figures ([Methods: numbers](methods/numbers.md#modular-in-context-"
+        "regression)). Probes: "
         "ridge from each layer's last-token residual stream (and from the hypernetwork's "
         "bottleneck ẑ) to the task code z, fit in-distribution, R² out-of-distribution.",
         "",

@@ -1,4 +1,4 @@
-"""SRAVEN (reference/hyla.md sections 2, 5, 6): OOD accuracy of softmax, linear and HYLA;
+"""SRAVEN (docs/methods/tasks.md): OOD accuracy of softmax, linear and HYLA;
 multi-head against single-head (per-head width kept); the Table A1 ablations; the value
 network's nonlinearity; and the latent code of the final query on OOD tasks: the rule of
 its feature decoded by a classifier fit in-distribution, clustering, and topographic

@@ -1,4 +1,4 @@
-"""Compositional translation (reference/fusion_gca.md): FUSION's experiment on the
+"""Compositional translation (docs/methods/models.md): FUSION's experiment on the
 synthetic CoGnition twin: the encoder-decoder baseline against fuse-attention in the
 encoder, the decoder and both (CTER overall and per subset, BLEU; ΔCTER with 95% confidence
 intervals), and where the fuse weights end up. The runs are those of
@@ -32,7 +32,7 @@ SIZES: dict[str, dict[str, Any]] = {
 LABELS = {"cter_instance": "CTER instance", "cter_aggregate": "CTER aggregate",
           "bleu_cg": "BLEU CG test", "bleu_test": "BLEU random test"}  # fmt: skip
 LEVELS = ("instance", "aggregate")
-# reference/fusion_gca.md section 2.1: the CoGnition Transformer baseline (mean of 6 seeds)
+# docs/methods/numbers.md: the CoGnition Transformer baseline (mean of 6 seeds)
 COGNITION_BASELINE = {"cter_instance": 0.2842, "cter_aggregate": 0.6288, "bleu_cg": 59.5,
                       "bleu_test": 69.48, "cter_NP_instance": 0.2474, "cter_NP_aggregate": 0.5516,
                       "cter_VP_instance": 0.2482, "cter_VP_aggregate": 0.5954,
@@ -43,7 +43,7 @@ def run_path(out: Path, system: str, seed: int) -> Path:
     return out / f"{system}-s{seed}"
 
 
-# FUSION's experiment (reference section 1): the baseline and fuse-attention on each side
+# FUSION's experiment (docs/methods/models.md): the baseline and fuse-attention on each side
 SYSTEMS = ("baseline", "fusion-encoder", "fusion-decoder", "fusion-both")
 
 
@@ -136,8 +136,10 @@ def report(out: Path, size: str, seeds: int, device: str, figures: Path) -> str:
     lines = [
         f"## {TITLE}",
         "",
-        "FUSION's experiment (reference/fusion_gca.md section 1) on latentlens's synthetic "
-        "CoGnition twin (section 2.2; CoGnition itself is not available offline, and "
+        "FUSION's experiment ([Methods: models](methods/models.md#fusion-fuse-attention-over-the-"
+        "previous-layers)) on latentlens's synthetic "
+        "CoGnition twin ([Methods: tasks](methods/tasks.md#the-synthetic-twin-latentlens-"
+        "generates); CoGnition itself is not available offline, and "
         "`--data-dir` runs the same commands on the release): "
         f"{description['sentences']['train']:,} training sentences, "
         f"{description['compounds']:,} novel compounds (NP / VP / PP) in "

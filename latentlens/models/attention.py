@@ -1,4 +1,4 @@
-"""The hooked attention family of reference/hyla.md section 2.
+"""The hooked attention family of docs/methods/attention.md.
 
 One module, two switches (see :class:`~latentlens.models.config.AttentionConfig`):
 

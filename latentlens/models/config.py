@@ -4,7 +4,7 @@ Every config validates itself at construction: a bad value raises ``ValueError``
 the field, the value and what is allowed. Configs round-trip through JSON
 (``to_json`` / ``from_json``), which is how a run directory records its model.
 
-The attention family (reference/hyla.md section 2) is spanned by two switches:
+The attention family (docs/methods/attention.md) is spanned by two switches:
 
 - ``normalization``: ``softmax`` over keys | ``rms_head`` (RMS across heads) | ``none``;
 - ``value_network``: ``linear`` (standard multi-head attention) | ``mlp`` (HYLA's
@@ -89,7 +89,7 @@ class AttentionConfig(JsonConfig):
 
     ``d_kv_input`` is the width of the key/value stream for cross-attention (``None``:
     self-attention, keys and values come from a ``d_model`` stream). Relative position
-    biases are T5-style buckets (reference/hyla.md section 3), one table ``[n_heads,
+    biases are T5-style buckets (docs/methods/attention.md), one table ``[n_heads,
     num_buckets]`` per layer.
     """
 
@@ -177,7 +177,7 @@ class AttentionConfig(JsonConfig):
 
 @dataclass(frozen=True)
 class TransformerConfig(JsonConfig):
-    """A decoder-only (pre-LN) transformer of reference/hyla.md section 3.
+    """A decoder-only (pre-LN) transformer of docs/methods/attention.md.
 
     Inputs are either continuous vectors (``d_input``: linear embedding) or token ids
     (``vocab_size``: embedding table); exactly one must be set. ``n_ctx`` is the longest
@@ -261,7 +261,7 @@ class TransformerConfig(JsonConfig):
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> TransformerConfig:
         """The reference's default model for a task: ``fuzzy-logic``, ``sraven`` or
-        ``modular-icl`` (the vanilla transformer of reference/icl_hyperteacher.md).
+        ``modular-icl`` (the vanilla transformer of docs/methods/models.md).
 
         Parameter counts at the defaults: fuzzy logic 151,009; SRAVEN 402,824.
         """
@@ -274,7 +274,7 @@ class TransformerConfig(JsonConfig):
                 n_ctx=36, d_input=8, d_output=8, d_model=128, n_layers=4, n_heads=16,
                 qk_dim=64, v_dim=64, d_mlp=256,
             ),
-            # reference/icl_hyperteacher.md Table 3: the vanilla baseline, no attention mask
+            # docs/methods/models.md: the vanilla baseline, no attention mask
             "modular-icl": dict(
                 n_ctx=32, d_input=17, d_output=1, d_model=128, n_layers=2, n_heads=4,
                 qk_dim=128, v_dim=128, d_mlp=512, bidirectional_position=True,

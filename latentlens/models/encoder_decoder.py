@@ -1,5 +1,5 @@
 """A hooked encoder-decoder transformer with optional fuse-attention (FUSION) and an
-encoder-decoder layer connection (reference/fusion_gca.md).
+encoder-decoder layer connection (docs/methods/models.md).
 
 Pre-LN blocks. Encoder layer: ``x + SelfAttn(LN x)``, then (with fusion) ``x + Fuse(LN x,
 LN [h_0..h_{l-1}])``, then ``x + MLP(LN x)``. Decoder layer: causal self-attention,

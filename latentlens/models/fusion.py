@@ -1,5 +1,5 @@
 """Fuse-attention over previous layers (FUSION) and the encoder-decoder layer connection
-(reference/fusion_gca.md sections 1 and 3)."""
+(docs/methods/models.md)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 ``hook_axes("blocks.0.attn.hook_pattern") == ("batch", "head", "query", "key")``. The
 names follow TransformerLens (``pos``, ``head``, ``d_head``, ``d_model``, ``d_mlp``);
-../shared/DESIGN.md lists the same contract in words.
+docs/guide/models.md lists the same contract in words.
 """
 
 from __future__ import annotations

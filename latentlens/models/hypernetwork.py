@@ -1,4 +1,4 @@
-"""The hypernetwork transformer of reference/icl_hyperteacher.md section 3.
+"""The hypernetwork transformer of docs/methods/models.md.
 
 A transformer reads an episode's ``N - 1`` context tokens ``[x_i, y_i]`` followed by one
 all-zero token (it never sees the query ``x``); the last token's output, projected linearly,

@@ -1,6 +1,6 @@
 """Position information: T5-style relative position biases and sinusoidal encodings.
 
-reference/hyla.md section 3: no absolute position by default; every attention layer adds
+docs/methods/attention.md: no absolute position by default; every attention layer adds
 its own learned bias table ``[n_heads, num_buckets]`` to the scores, looked up by the
 bucket of the key's distance from the query.
 """

@@ -1,4 +1,4 @@
-"""The hooked decoder-only transformer of reference/hyla.md section 3.
+"""The hooked decoder-only transformer of docs/methods/attention.md.
 
 Pre-LN blocks ``x = x + Attn(LN1(x)); x = x + MLP(LN2(x))`` with a GELU (tanh) MLP, a final
 LayerNorm and a linear readout. Inputs are continuous vectors (linear embedding) or token

@@ -1,5 +1,5 @@
 """The encoder-decoder layer connection ("bridge") inserted into a pretrained Hugging Face
-MarianMT model, as seed 001 runs it (reference/fusion_gca.md section 3).
+MarianMT model, as seed 001 runs it (docs/methods/models.md).
 
 Decoder layer j's cross-attention reads its own memory ``M_j = concat(e_1..e_L) W_jᵀ``
 instead of the last encoder layer's output: ``W_j`` ``[d_model, L_enc * d_model]`` is one

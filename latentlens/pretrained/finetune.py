@@ -1,5 +1,5 @@
 """Fine-tune a Hugging Face MarianMT model in one of seed 001's four conditions on a
-parallel corpus, as its author did (reference/fusion_gca.md section 3): AdamW, linear
+parallel corpus, as its author did (docs/methods/models.md): AdamW, linear
 decay, one epoch over the first ``train_pairs`` pairs, sacreBLEU by beam search on the
 test split, the routing matrix recorded from step 0.
 

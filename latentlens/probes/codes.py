@@ -1,4 +1,4 @@
-"""Latent codes of the analyses of reference/hyla.md section 6, with their labels.
+"""Latent codes of the analyses of docs/methods/probes.md, with their labels.
 
 The latent code of a query-key pair is ``pattern[b, :, q, k]``, a vector over heads. A
 :class:`CodeSet` holds codes ``[examples, layer, head, key]`` for a fixed query and a list

@@ -1,6 +1,6 @@
 """Probe a trained run: the task's latent-code protocol, written to ``runs/NAME/probes/``.
 
-- fuzzy logic (reference/hyla.md section 6): the last token's self-code with a fixed query,
+- fuzzy logic (docs/methods/probes.md): the last token's self-code with a fixed query,
   decoded to the term bits by ridge (fit on one half of the held-out-combination split,
   R² on the other); clustering against the term combinations; topographic similarity
   against the term bits; head ablations and latent-code patching on that split.

@@ -1,4 +1,4 @@
-"""Fuzzy logic (reference/hyla.md section 4).
+"""Fuzzy logic (docs/methods/tasks.md).
 
 L variables, K terms per task. A *term* is a full conjunction over all L variables, each
 literal plain or negated; term ``i`` has polarity bits ``i`` in binary, the first variable

@@ -1,4 +1,4 @@
-"""Compositional in-context regression with a modular teacher (reference/icl_hyperteacher.md).
+"""Compositional in-context regression with a modular teacher (docs/methods/tasks.md).
 
 A teacher has ``M`` modules ``theta_m`` ``[h, d]`` and a readout ``a`` ``[h]``, drawn once from
 ``teacher_seed``. A task is a latent ``z`` ``[M]``: ``W(z) = sum_m z_m theta_m``, divided by
@@ -91,7 +91,7 @@ def is_connected(masks: list[Mask]) -> bool:
 
 @dataclass(frozen=True)
 class ModularICLConfig(JsonConfig):
-    """The task of reference/icl_hyperteacher.md; defaults are the paper's (``M = 6``,
+    """The task of docs/methods/tasks.md; defaults are the paper's (``M = 6``,
     ``d = h = 16``, Connected+) and ours where it is silent (``num_examples = 32``, seeds).
 
     ``custom_masks`` (with ``support="custom"``): the training masks as tuples of 0-based

@@ -1,4 +1,4 @@
-"""Symbolic Raven, SRAVEN (reference/hyla.md section 5).
+"""Symbolic Raven, SRAVEN (docs/methods/tasks.md).
 
 A 3x3 grid of panels, each with F features valued in [0, V). Every feature follows one of
 eight rules, each producing a 3x3 grid (rows independent examples of the rule, columns the

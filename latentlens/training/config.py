@@ -1,4 +1,4 @@
-"""The training config: the reference's defaults (reference/hyla.md section 3)."""
+"""The training config: the HYLA paper's defaults (docs/methods/attention.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A slow, obvious float64 attention written straight from reference/hyla.md sections 1-3.
+"""A slow, obvious float64 attention written straight from docs/methods/attention.md.
 
 Loops over batch, heads and query-key pairs. For every pair it builds the pair's own
 value network from the latent code a[:, q, k] and applies it to key k:

@@ -26,7 +26,7 @@ def pairs(*items: tuple[int, int]) -> set[frozenset[int]]:
     return {frozenset(p) for p in items}
 
 
-# reference/icl_hyperteacher.md section 2, Table 1 (modules numbered 1..6)
+# docs/methods/tasks.md (modules numbered 1..6)
 TABLE_1 = {
     "connected-plus": (
         pairs((1, 2), (2, 3), (3, 4), (4, 5), (5, 6), (1, 6),

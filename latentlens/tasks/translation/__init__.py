@@ -1,5 +1,5 @@
 """Compositional translation: a synthetic twin of CoGnition and a loader for the real release,
-the compound translation error rate and BLEU (reference/fusion_gca.md section 2)."""
+the compound translation error rate and BLEU (docs/methods/tasks.md)."""
 
 from latentlens.tasks.translation.corpus import (
     BOS,

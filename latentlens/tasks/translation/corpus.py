@@ -23,7 +23,7 @@ ATOM_CLASSES = ("DET", "ADJ", "N", "MOD", "V", "P")
 
 @dataclass(frozen=True)
 class Lexicon:
-    """CTER's lexicon (reference/fusion_gca.md section 2.1).
+    """CTER's lexicon (docs/methods/tasks.md).
 
     ``translations``: each atom's acceptable target strings (an empty tuple accepts anything,
     the release's ``/``); ``classes``: each atom's class (``DET ADJ N MOD V P``);

@@ -1,6 +1,6 @@
 """The compound translation error rate (CTER) by CoGnition's rule, and BLEU.
 
-CTER (reference/fusion_gca.md section 2.1), per CG-test line: the hypothesis, its spaces
+CTER (docs/methods/tasks.md), per CG-test line: the hypothesis, its spaces
 and subword markers (``@@ ``) removed, translates the compound correctly iff
 
 1. every atom of the compound has one of its lexicon translations as a substring (an atom

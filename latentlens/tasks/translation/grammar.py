@@ -1,4 +1,4 @@
-"""A synthetic twin of CoGnition (reference/fusion_gca.md section 2.2): English story-like
+"""A synthetic twin of CoGnition (docs/methods/tasks.md): English story-like
 sentences and a deterministic toy target language, with novel compounds held out.
 
 Source atoms are CoGnition's (DET 5, ADJ 11, N 19, MOD 3, V 19, P 17), carried by templates

@@ -1,4 +1,4 @@
-"""Compositional translation as hard as CoGnition (reference/fusion_gca.md section 2): the
+"""Compositional translation as hard as CoGnition (docs/methods/tasks.md): the
 synthetic twin by default, the real release with ``data_dir``.
 
 Splits: ``train``, ``valid``, ``test`` (random, in distribution) and ``cg`` (the CG test:
