@@ -143,7 +143,7 @@ def write_atlas(results: dict[str, Any], out_dir: str | Path) -> tuple[Path, Pat
                 f"{results['embedding']['layer']}, the layer decoded best OOD."
             ],
             figures=[(embedding, "latent codes coloured by relation")],
-            interactive=[code_embedding_plotly(results)],
+            interactive=[(code_embedding_plotly(results), "latent codes coloured by relation")],
         ),  # fmt: skip
     ]
     if "ablation" in results:

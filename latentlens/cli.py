@@ -20,7 +20,7 @@ from latentlens.cli_choices import (
 from latentlens.cli_connect import add_connect_parser
 from latentlens.cli_sweep import add_sweep_parser
 from latentlens.cli_training import add_eval_parser, add_train_parser
-from latentlens.threads import ENVIRONMENT, use_threads
+from latentlens.threads import ENVIRONMENT, MAX_THREADS, use_threads
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -36,8 +36,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--threads",
         type=int,
-        help=f"CPU threads per run (default: ${ENVIRONMENT}, else the CPUs this process may use "
-        "less those busy with other work, one for tiny models)",
+        help=f"CPU threads (default: ${ENVIRONMENT}, else the CPUs this process may use, one "
+        "for tiny models). A new training run records its count in config.json and computes "
+        "with it again on resume, since another count rounds differently; commands that only "
+        "read (probe, inspect) also leave out CPUs busy with other work",
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
@@ -151,8 +153,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.task = TASK_ALIASES[args.task]
     try:
         if args.threads is not None:
-            if args.threads < 1:
-                raise ValueError(f"--threads {args.threads} is invalid: give a positive integer")
+            if not 1 <= args.threads <= MAX_THREADS:
+                raise ValueError(
+                    f"--threads {args.threads} is invalid: give an integer from 1 to {MAX_THREADS}"
+                )
             os.environ[ENVIRONMENT] = str(args.threads)  # for this run and its workers
         if args.command != "sweep":  # a sweep's runs get a core each, in their workers
             use_threads()

@@ -248,6 +248,8 @@ def resolve_run_config(args: argparse.Namespace, file: ConfigFile) -> dict[str, 
     train.update({k: getattr(args, k) for k in TRAIN_FLAGS if getattr(args, k) is not None})
     if args.track is not None:
         train["track"] = args.track
+    if getattr(args, "threads", None) is not None:  # the global --threads, flags last
+        train["threads"] = args.threads
     task = {**sections["task"]}
     task.update({k: getattr(args, k) for k in TASK_FLAGS if getattr(args, k) is not None})
     return Trainer.resolve_config(
@@ -261,7 +263,6 @@ def resolve_run_config(args: argparse.Namespace, file: ConfigFile) -> dict[str, 
 def run_train(args: argparse.Namespace) -> int:
     from latentlens.models import canonical_kind
     from latentlens.probes import tracking_callbacks
-    from latentlens.threads import use_threads, work_of
     from latentlens.training import (
         RESUME_CHANGEABLE,
         RunDirectory,
@@ -291,6 +292,11 @@ def run_train(args: argparse.Namespace) -> int:
             stored = [RunDirectory(run).read_config() for run in args.resume]
             for run, config in zip(args.resume, stored, strict=True):
                 check_resume_flags(args, config, run)
+                recorded = config.get("train", {}).get("threads")
+                if getattr(args, "threads", None) not in (None, recorded) and recorded:
+                    print(f"note: {run} computes with the {recorded} thread(s) it was started "
+                          f"with (recorded in its config); --threads {args.threads} applies "
+                          "to new runs", file=sys.stderr)  # fmt: skip
             changes = {k: getattr(args, k, None) for k in RESUME_CHANGEABLE
                        if getattr(args, k, None) is not None}  # fmt: skip
             callbacks = [tracking_callbacks(c) + experiment_loggers(args.log) for c in stored]
@@ -310,7 +316,6 @@ def run_train(args: argparse.Namespace) -> int:
             apply_config_defaults(args, file)
             canonical_kind(args.task, args.model)  # a clear error for an unknown kind
             config = resolve_run_config(args, file)
-            use_threads(work=work_of(config))  # one thread for a model too small to split
             kind = "" if args.model in ("transformer", "vanilla") else f"{args.model}-"
             if args.seeds:
                 base = args.run_dir or f"runs/{args.task}-{kind}{args.attention}"
@@ -366,12 +371,14 @@ def continues(run_dir: str, config: dict[str, Any]) -> bool:
     """Whether ``run_dir`` holds an unfinished run of ``config`` (so that the command that
     started it, given a time budget, continues it)."""
     from latentlens.training import RunDirectory
+    from latentlens.training.config import same_training
 
     directory = RunDirectory(run_dir)
     if not directory.config_path.is_file():
         return False
     stored = directory.read_config()
-    same = all(stored.get(k) == config.get(k) for k in ("model_kind", "model", "task", "train"))
+    same = all(stored.get(k) == config.get(k) for k in ("model_kind", "model", "task"))
+    same = same and same_training(stored.get("train"), config["train"])
     if not same:
         raise ValueError(
             f"{directory.path} holds a different run; the same command continues a run, "

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from tqdm.auto import tqdm
 
 from latentlens import __version__
 from latentlens.figures import (
@@ -28,6 +27,7 @@ from latentlens.figures.probes import BEYOND_TWO_ERRORS, beyond_noise
 from latentlens.figures.run_figures import run_figures
 from latentlens.models.config import VARIANTS
 from latentlens.probes.run import probe_run
+from latentlens.progress import progress_bar
 from latentlens.report import Section, write_report
 from latentlens.training import (
     RunDirectory,
@@ -39,6 +39,11 @@ from latentlens.training import (
 
 # The names the report and the figures use: the attention variants' paper names.
 VARIANT_NAMES = {v: VARIANTS[v].paper_name for v in ("softmax", "linear", "hyla")}
+
+
+# One copy of plotly.js for the demo's report and every interactive figure in its runs.
+PLOTLY_JS = "plotly.min.js"
+EMBEDDING_CAPTION = "2-D embedding of the last layer's codes"
 
 
 @dataclass(frozen=True)
@@ -185,7 +190,7 @@ def run_demo(
     root.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     runs = {v: root / v for v in variants}
-    stages = tqdm(total=3 * len(variants) + 1, desc="demo", disable=quiet)
+    stages = progress_bar(total=3 * len(variants) + 1, desc="demo", disable=quiet)
     results: dict[str, dict] = {}
     with stages:
         for variant, run in runs.items():
@@ -201,7 +206,7 @@ def run_demo(
         figures: dict[str, dict[str, Path]] = {}
         for variant, run in runs.items():
             stages.set_postfix_str(f"figures {variant}")
-            figures[variant] = run_figures(run, formats=("png", "svg", "html"))
+            figures[variant] = run_figures(run, ("png", "svg", "html"), root / PLOTLY_JS)
             stages.update(1)
         stages.set_postfix_str("report")
         labels = {VARIANT_NAMES[v]: run for v, run in runs.items()}
@@ -212,6 +217,7 @@ def run_demo(
         paths = write_report(
             root, "latentlens demo: latent codes of softmax, linear and HYLA attention",
             _sections(runs, results, figures, curves, structure, chosen, wall, size, steps),
+            plotlyjs=root / PLOTLY_JS,
         )  # fmt: skip
         stages.update(1)
     return paths
@@ -290,12 +296,13 @@ def _sections(runs, results, figures, curves, structure, size, wall, size_name, 
             (shown[key], caption)
             for key, caption in (
                 ("decoding_by_head", "term-bit decoding from each head alone, and all heads"),
-                ("code_embedding", "2-D embedding of the last layer's codes"),
+                ("code_embedding", EMBEDDING_CAPTION),
                 ("head_ablation", "change in R² when one head's output is zeroed"),
             )
             if key in shown
         ]
-        interactive = [code_embedding_plotly(results[variant], title=VARIANT_NAMES[variant])]
+        live = code_embedding_plotly(results[variant], title=VARIANT_NAMES[variant])
+        interactive = [(live, EMBEDDING_CAPTION)] if "code_embedding" in shown else []
         per_variant.append(
             Section(VARIANT_NAMES[variant], [f"Run directory: {runs[variant]}"],
                     figures=pictures, interactive=interactive)

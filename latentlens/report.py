@@ -1,5 +1,6 @@
-"""A report of what was run and what came out: ``report.md`` (figures linked) and a
-self-contained ``report.html`` (figures embedded, plotly.js inline once: opens offline)."""
+"""A report of what was run and what came out: ``report.md`` (figures linked) and
+``report.html`` (figures embedded; opens offline), with plotly.js inline once or loaded
+from the one copy a report folder shares with its figures."""
 
 from __future__ import annotations
 
@@ -14,19 +15,22 @@ from typing import Any
 import plotly.graph_objects as go
 import plotly.offline
 
+from latentlens.figures.save import plotly_bundle, script_source
 from latentlens.training.checkpoint import atomic_write_bytes
 
 
 @dataclass
 class Section:
     """A heading, paragraphs, an optional table (rows of equal keys), figures (PNG paths,
-    with captions) and interactive plotly figures (HTML report only)."""
+    with captions) and interactive plotly figures with captions (HTML report only). In
+    the HTML report an interactive figure takes the place of the static figure of the same
+    caption (the markdown keeps the static one): a figure is shown once."""
 
     heading: str
     paragraphs: Sequence[str] = ()
     table: Sequence[dict[str, Any]] = ()
     figures: Sequence[tuple[Path, str]] = ()
-    interactive: Sequence[go.Figure] = field(default_factory=list)
+    interactive: Sequence[tuple[go.Figure, str]] = field(default_factory=list)
 
 
 def _cell(value: Any) -> str:
@@ -59,7 +63,7 @@ def _inline_code(text: str) -> str:
     return re.sub(r"`([^`]+)`", r"<code>\1</code>", text)
 
 
-def _html(title: str, sections: Sequence[Section]) -> str:
+def _html(title: str, sections: Sequence[Section], plotlyjs: str | None = None) -> str:
     has_plotly = any(section.interactive for section in sections)
     head = [
         "<!DOCTYPE html>",
@@ -70,7 +74,9 @@ def _html(title: str, sections: Sequence[Section]) -> str:
         "#ccc;padding:3px 8px;text-align:right}th{background:#f3f3f3}img{max-width:100%}"
         "figcaption{color:#555;font-size:90%;margin-bottom:1.5em}</style>",
     ]
-    if has_plotly:
+    if has_plotly and plotlyjs is not None:
+        head.append(f"<script src='{html.escape(plotlyjs)}'></script>")
+    elif has_plotly:
         head.append(f"<script>{plotly.offline.get_plotlyjs()}</script>")
     body = [f"</head><body><h1>{html.escape(title)}</h1>"]
     for section in sections:
@@ -85,21 +91,35 @@ def _html(title: str, sections: Sequence[Section]) -> str:
                 cells = "".join(f"<td>{html.escape(_cell(row[k]))}</td>" for k in keys)
                 body.append(f"<tr>{cells}</tr>")
             body.append("</table>")
+        live = {caption for _, caption in section.interactive}
         for path, caption in section.figures:
+            if caption in live:
+                continue  # shown interactive below
             data = base64.b64encode(path.read_bytes()).decode()
             body.append(
                 f"<figure><img src='data:image/png;base64,{data}' alt='{html.escape(caption)}'>"
                 f"<figcaption>{html.escape(caption)}</figcaption></figure>"
             )
-        for figure in section.interactive:
-            body.append(figure.to_html(full_html=False, include_plotlyjs=False))
+        for figure, caption in section.interactive:
+            body.append(
+                f"<figure>{figure.to_html(full_html=False, include_plotlyjs=False)}"
+                f"<figcaption>{html.escape(caption)} (interactive: hover a point for its "
+                "label and split, click a legend entry to hide it)</figcaption></figure>"
+            )
     body.append("</body></html>")
     return "\n".join(head + body) + "\n"
 
 
-def write_report(out_dir: str | Path, title: str, sections: Sequence[Section]) -> tuple[Path, Path]:
+def write_report(
+    out_dir: str | Path,
+    title: str,
+    sections: Sequence[Section],
+    plotlyjs: str | Path | None = None,
+) -> tuple[Path, Path]:
     """Write ``report.md`` and ``report.html`` into ``out_dir``; figure paths must lie
-    inside it (the markdown links them relatively)."""
+    inside it (the markdown links them relatively). ``plotlyjs``: a plotly.js bundle in
+    ``out_dir`` that the HTML loads (written if missing; the figures' pages can share it),
+    instead of its own inline copy."""
     root = Path(out_dir)
     for section in sections:
         for path, _ in section.figures:
@@ -109,5 +129,8 @@ def write_report(out_dir: str | Path, title: str, sections: Sequence[Section]) -
                 raise ValueError(f"the report's figure {path} lies outside {root}")
     markdown, page = root / "report.md", root / "report.html"
     atomic_write_bytes(markdown, _markdown(title, sections, root).encode())
-    atomic_write_bytes(page, _html(title, sections).encode())
+    source = None
+    if plotlyjs is not None and any(section.interactive for section in sections):
+        source = script_source(plotly_bundle(plotlyjs), page)
+    atomic_write_bytes(page, _html(title, sections, source).encode())
     return markdown, page

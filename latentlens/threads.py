@@ -13,6 +13,12 @@ neighbours' work, and a run can slow down tens of times. latentlens chooses inst
 
 Several runs on one machine (``reproduce --jobs``, sweeps) are given one thread each.
 
+That load-adaptive choice is for work whose numbers do not depend on it (inspecting,
+probing, the tests). A training run's numbers do depend on it (float sums split over
+another number of threads round differently), so a run uses :func:`run_threads` instead:
+the request, else the CPUs this process may run on (1 for work too small to split), never
+the load. The count is recorded in the run's config and used again on resume.
+
 The choice is made when a run starts. Beside a neighbour that starts later, OpenMP's idle
 threads spin and the run slows as if unchosen; ``OMP_WAIT_POLICY=PASSIVE`` (set before
 Python starts) keeps it near one thread's speed then, at a cost when alone
@@ -28,6 +34,8 @@ ENVIRONMENT = "LATENTLENS_THREADS"
 # Below this many elements in one layer's activations (batch x positions x width), a
 # second thread does not pay: the tiny test models (32 x 16 x 16) run faster on one.
 SMALL_WORK = 64 * 1024
+# More threads than this is a typo, not a machine: OpenMP crashes on 100,000.
+MAX_THREADS = 1024
 
 
 def available_cpus() -> int:
@@ -70,20 +78,45 @@ def busy_elsewhere(cpus: int) -> int:
 def choose_threads(requested: int | None = None, work: int | None = None) -> int:
     """The number of intra-op threads (see the module's docstring); ``work``: elements of
     one layer's activations (None: not known, no cap)."""
-    if requested is None and os.environ.get(ENVIRONMENT):
-        value = os.environ[ENVIRONMENT]
-        if not value.isdigit() or int(value) < 1:
-            raise ValueError(f"{ENVIRONMENT}={value!r} is invalid: give a positive integer")
-        requested = int(value)
+    if requested is None:
+        requested = requested_threads()
     if requested is not None:
-        if isinstance(requested, bool) or not isinstance(requested, int) or requested < 1:
-            raise ValueError(f"threads={requested!r} is invalid: give a positive integer")
+        if (isinstance(requested, bool) or not isinstance(requested, int)
+                or not 1 <= requested <= MAX_THREADS):  # fmt: skip
+            raise ValueError(
+                f"threads={requested!r} is invalid: give an integer from 1 to {MAX_THREADS}"
+            )
         return requested
     cpus = available_cpus()
     threads = max(1, cpus - busy_elsewhere(cpus))
     if work is not None and work < SMALL_WORK:
         threads = 1
     return threads
+
+
+def requested_threads() -> int | None:
+    """``LATENTLENS_THREADS`` (the CLI's ``--threads`` sets it) as a count; None if unset."""
+    value = os.environ.get(ENVIRONMENT)
+    if not value:
+        return None
+    if not value.isdigit() or not 1 <= int(value) <= MAX_THREADS:
+        raise ValueError(
+            f"{ENVIRONMENT}={value!r} is invalid: give an integer from 1 to {MAX_THREADS}"
+        )
+    return int(value)
+
+
+def run_threads(work: int | None = None) -> int:
+    """The thread count a new training run records (see the module's docstring): the
+    request (:func:`requested_threads`), else the CPUs this process may run on, or 1 when
+    ``work`` (elements of one layer's activations) is under :data:`SMALL_WORK`. The same
+    on an idle machine and a busy one."""
+    requested = requested_threads()
+    if requested is not None:
+        return requested
+    if work is not None and work < SMALL_WORK:
+        return 1
+    return available_cpus()
 
 
 def use_threads(requested: int | None = None, work: int | None = None) -> int:
@@ -94,6 +127,15 @@ def use_threads(requested: int | None = None, work: int | None = None) -> int:
     if torch.get_num_threads() != threads:
         torch.set_num_threads(threads)
     return threads
+
+
+def compute_with_threads(threads: int | None) -> None:
+    """Set torch's intra-op threads to a run's recorded count (None: a run from before the
+    count was recorded, which keeps the process's current setting)."""
+    import torch  # noqa: PLC0415
+
+    if threads is not None and torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
 
 
 def work_of(config: dict) -> int | None:

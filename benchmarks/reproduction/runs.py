@@ -20,7 +20,7 @@ import os
 import statistics
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +30,7 @@ from latentlens.devices import resolve_device
 from latentlens.probes import tracking_callbacks
 from latentlens.probes.run import probe_run
 from latentlens.sweep.run import ray_map
-from latentlens.threads import available_cpus, choose_threads
+from latentlens.threads import available_cpus, run_threads
 from latentlens.training import (
     RunDirectory,
     list_checkpoints,
@@ -78,8 +78,19 @@ def _probed(spec: RunSpec) -> bool:
     return (spec.path / "probes" / "results.json").is_file()
 
 
+def with_threads(spec: RunSpec, runtime: Runtime) -> RunSpec:
+    """``spec`` computing with this invocation's threads per run, unless its run directory
+    already records a count (a run resumes with the count it started with)."""
+    directory = RunDirectory(spec.path)
+    if directory.config_path.is_file():
+        return spec
+    train = {**spec.config["train"], "threads": runtime.threads}
+    return replace(spec, config={**spec.config, "train": train})
+
+
 def train_one(spec: RunSpec, runtime: Runtime) -> tuple[str, float | None]:
     """Train (and probe) ``spec`` within the time budget: its fate and the seconds it took."""
+    spec = with_threads(spec, runtime)
     if finished(spec) and (not spec.probe_examples or _probed(spec)):
         return FOUND, None
     budget = None if runtime.deadline is None else runtime.deadline - time.time()
@@ -111,6 +122,7 @@ def train_unit(specs: list[RunSpec], runtime: Runtime) -> list[tuple[str, float 
     each spec's fate and its seconds (a group's wall time shared equally)."""
     if len(specs) == 1:
         return [train_one(specs[0], runtime)]
+    specs = [with_threads(spec, runtime) for spec in specs]
     if all(finished(s) and (not s.probe_examples or _probed(s)) for s in specs):
         return [(FOUND, None)] * len(specs)
     budget = None if runtime.deadline is None else runtime.deadline - time.time()
@@ -169,7 +181,8 @@ def train_all(
         raise ValueError(f"jobs={jobs}: at least one job is needed")
     timings_file = out / TIMINGS
     timings = json.loads(timings_file.read_text()) if timings_file.is_file() else {}
-    threads = max(available_cpus() // jobs, 1) if jobs > 1 else choose_threads()
+    # one core per job; recorded by each new run (run_threads: never from the load)
+    threads = max(available_cpus() // jobs, 1) if jobs > 1 else run_threads()
     runtime = Runtime(device, threads, deadline)
     unique = list({spec.path: spec for spec in specs}.values())  # experiments share bases
     bases = {spec.init_from for spec in unique}

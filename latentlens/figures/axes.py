@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from matplotlib.axes import Axes
 from matplotlib.ticker import MaxNLocator
 
@@ -30,6 +32,36 @@ def metric_range(metric: str) -> tuple[float, float] | None:
     metric, so that a flat 0 is drawn as 0 of 1, not as noise, and a rise from 0.90 to
     0.92 as the small step it is."""
     return (0.0, 1.0) if metric.endswith("accuracy") else None
+
+
+# Below this an R² curve says only "worse than predicting the mean": an untrained model's
+# step-0 R² of -30 would otherwise stretch the axis and flatten the training curve.
+R2_FLOOR = -1.0
+
+
+def default_ylim(metric: str, lowest: float) -> tuple[float, float] | None:
+    """The y-limits a figure clips ``metric`` to when the caller gives none: ``(R2_FLOOR,
+    1)`` for an R² that falls below the floor (``lowest``: its smallest value), else None
+    (the axis spans the values, or :func:`metric_range`)."""
+    return (R2_FLOOR, 1.0) if metric == "r2" and lowest < R2_FLOOR else None
+
+
+def wrap_label(label: str, width: int) -> str:
+    """``label`` on lines of about ``width`` characters, broken after commas and at spaces,
+    never inside a word ("attention=hyla,seed=1" breaks after its comma); its own line
+    breaks stay."""
+    if "\n" in label:
+        return "\n".join(wrap_label(line, width) for line in label.split("\n"))
+    tokens = [t for t in re.findall(r"[^\s,]*,?\s*", label) if t]
+    lines: list[str] = []
+    current = ""
+    for token in tokens:
+        if current and len(current + token.rstrip()) > width:
+            lines.append(current.rstrip())
+            current = ""
+        current += token
+    lines.append(current.rstrip())
+    return "\n".join(lines)
 
 
 def padded(bounds: tuple[float, float], pad: float = 0.03) -> tuple[float, float]:

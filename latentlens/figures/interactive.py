@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import plotly.graph_objects as go
 
 from latentlens.figures.axes import log_scaled, metric_label, metric_range, padded
-from latentlens.figures.probes import label_colours, legend_order
+from latentlens.figures.probes import label_marks, legend_order, robust_view
 from latentlens.figures.training import (
     RunOrSeeds,
     as_run_list,
@@ -19,12 +20,18 @@ from latentlens.figures.training import (
     split_titles,
 )
 
+# matplotlib's markers of :data:`~latentlens.figures.probes.MARKERS` in plotly's names
+PLOTLY_SYMBOLS = {"o": "circle", "s": "square", "^": "triangle-up", "D": "diamond",
+                  "v": "triangle-down", "P": "cross", "*": "star", "h": "hexagon"}  # fmt: skip
+
 
 def code_embedding_plotly(results: Mapping[str, Any], title: str = "") -> go.Figure:
     """The 2-D embedding of latent codes, one trace per label (click the legend to hide
     one); out-of-distribution points are crosses in their label's colour. The colours are
-    :func:`~latentlens.figures.code_embedding`'s (:func:`label_colours`), and each entry
-    gives its number of points."""
+    :func:`~latentlens.figures.code_embedding`'s (:func:`label_marks`: past 10 labels,
+    each round of colours with its own symbol), each entry gives its number of points, and
+    the first view holds all but the 1% most extreme points at each end (zoom out for
+    them)."""
     if "embedding" not in results:
         raise ValueError("the probe results have no 'embedding'; run `latentlens probe` first")
     data = results["embedding"]
@@ -40,9 +47,9 @@ def code_embedding_plotly(results: Mapping[str, Any], title: str = "") -> go.Fig
         )
         return figure
     names = legend_order(data)
-    colour_of = label_colours(names)
+    marks = label_marks(names)
     for name in names:
-        colour = colour_of[name]
+        marker, colour = marks[name]
         for is_ood in (False, True):
             rows = [
                 i for i, (label, split) in enumerate(zip(data["label"], data["split"], strict=True))
@@ -58,7 +65,7 @@ def code_embedding_plotly(results: Mapping[str, Any], title: str = "") -> go.Fig
                     name=f"{name} (OOD, {len(rows)})" if is_ood else f"{name} ({len(rows)})",
                     legendgroup=name,
                     marker={
-                        "symbol": "x" if is_ood else "circle",
+                        "symbol": "x" if is_ood else PLOTLY_SYMBOLS[marker],
                         "size": 6,
                         "opacity": 0.7,
                         "color": colour,
@@ -68,6 +75,8 @@ def code_embedding_plotly(results: Mapping[str, Any], title: str = "") -> go.Fig
                 )
             )
     method = data["method"].upper()
+    figure.update_xaxes(range=list(robust_view(np.asarray(data["x"]))))
+    figure.update_yaxes(range=list(robust_view(np.asarray(data["y"]))))
     figure.update_layout(
         title=title or f"latent codes, layer {data['layer']}",
         xaxis_title=f"{method} 1",

@@ -15,7 +15,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Rectangle
 
-from latentlens.figures.axes import metric_label
+from latentlens.figures.axes import metric_label, wrap_label
 
 
 def require_key(results: Mapping[str, Any], key: str) -> Any:
@@ -93,18 +93,44 @@ def legend_order(embedding: Mapping[str, Any]) -> list[str]:
     return order + [name for name in present if name not in order]
 
 
+# Beyond 10 labels: the 10 qualitative colours again, each round with another marker, so
+# that no two labels share a mark (a rainbow of 33 hues cannot be told apart).
+MARKERS = ("o", "s", "^", "D", "v", "P", "*", "h")
+
+
 def label_colours(names: Sequence[str]) -> dict[str, str]:
-    """A distinct colour (hex) per label: matplotlib's ``tab10`` up to 10 labels, ``tab20``
-    up to 20, and beyond, evenly spaced hues of ``turbo``: never a cycle that gives two
-    labels one colour."""
-    count = len(names)
-    if count <= 10:
-        colours = [colormaps["tab10"](i) for i in range(count)]
-    elif count <= 20:
-        colours = [colormaps["tab20"](i) for i in range(count)]
-    else:
-        colours = [colormaps["turbo"](0.05 + 0.9 * i / (count - 1)) for i in range(count)]
-    return {name: to_hex(colour) for name, colour in zip(names, colours, strict=True)}
+    """A colour (hex) per label from matplotlib's qualitative ``tab10``, repeating every 10
+    labels (:func:`label_marks` gives each round its own marker)."""
+    return {name: to_hex(colormaps["tab10"](i % 10)) for i, name in enumerate(names)}
+
+
+def label_marks(names: Sequence[str]) -> dict[str, tuple[str, str]]:
+    """A distinct (marker, colour) per label: ``tab10``'s colours with a marker per round
+    of 10 labels, up to 80 labels; raises beyond (group the labels first)."""
+    if len(names) > 10 * len(MARKERS):
+        raise ValueError(f"{len(names)} labels are too many to tell apart; group them first")
+    colours = label_colours(names)
+    return {name: (MARKERS[i // 10], colours[name]) for i, name in enumerate(names)}
+
+
+def robust_view(values: np.ndarray, share: float = 0.01) -> tuple[float, float]:
+    """Axis limits holding all but the ``share`` most extreme values at each end, padded by
+    a quarter of that range (a normal cloud's tails stay in view): one outlier cannot
+    squash the cloud into a band."""
+    low, high = np.quantile(values, [share, 1 - share])
+    pad = 0.25 * (high - low) if high > low else 1.0
+    return float(low - pad), float(high + pad)
+
+
+def score_limits(grid: np.ndarray, metric: str) -> tuple[float, float]:
+    """Colour limits of a score heatmap from its values: from 0 (or the lowest R², when
+    negative) to the highest value, at least 0.05 above the low end, so that scores of at
+    most 0.08 spread over the colours instead of all reading as the darkest of [0, 1]."""
+    finite = grid[np.isfinite(grid)]
+    if not len(finite):
+        return 0.0, 1.0
+    low = min(0.0, float(finite.min())) if metric == "r2" else 0.0
+    return low, max(float(finite.max()), low + 0.05)
 
 
 def decoding_by_head(results: Mapping[str, Any], title: str = "") -> Figure:
@@ -123,8 +149,8 @@ def decoding_by_head(results: Mapping[str, Any], title: str = "") -> Figure:
     figure = Figure(figsize=(10, 3.4), layout="constrained")
     left, right = figure.subplots(1, 2, width_ratios=[1.3, 1])
     grid, labels = _head_grid(alone, "test")
-    low = min(0.0, float(np.nanmin(grid))) if metric == "r2" else 0.0
-    image = annotated_heatmap(left, grid, labels, "viridis", low, 1.0, ".2f")
+    low, high = score_limits(grid, metric)
+    image = annotated_heatmap(left, grid, labels, "viridis", low, high, ".2f")
     figure.colorbar(image, ax=left, label=f"held-out {label}")
     chances = {round(r["chance"], 2) for r in rows if r["layer"] != "all"}
     chance = f"chance {chances.pop():.2f}" if len(chances) == 1 else "chance: right panel"
@@ -166,7 +192,10 @@ def code_embedding(
     another's by being drawn later, and the legend stands beside the axes, off the points
     (a cloud of thousands of codes leaves no empty corner for it), each rule's entry with
     its number of points: rules can be far from equally frequent (the labels of
-    ``latentlens.probes.sraven_codes`` are the largest rule of each multiset)."""
+    ``latentlens.probes.sraven_codes`` are the largest rule of each multiset). Beyond 10
+    labels each round of 10 colours gets its own marker (:func:`label_marks`) and the
+    legend its columns; the view holds all but the 1% most extreme points at each end
+    (:func:`robust_view`), the rest counted in the axis label."""
     data = require_key(results, "embedding")
     if "note" in data:  # codes that do not vary: say so rather than draw one dot
         figure = Figure(figsize=(6.4, 3.2), layout="constrained")
@@ -180,37 +209,35 @@ def code_embedding(
     splits = np.array(data["split"])
     ood = splits == ood_split if ood_split else np.char.find(splits.astype(str), "ood") >= 0
     names = legend_order(data)
-    many = len(names) > 10
     kind = data.get("label_kind", "rule")
-    colour_of = label_colours(names)
-    colours = to_rgba_array([colour_of[label] for label in labels])
-    figure = Figure(figsize=(6.4 if many else 8.0, 4.8), layout="constrained")
+    marks = label_marks(names)
+    columns = max(1, math.ceil(len(names) / 18))
+    figure = Figure(figsize=(6.4 + 1.6 * columns, 4.8), layout="constrained")
     ax = figure.subplots()
     x, y = np.array(data["x"]), np.array(data["y"])
     order = np.random.default_rng(0).permutation(len(labels))
-    for marked, marker, size, alpha in ((~ood, "o", 8, 0.6), (ood, "x", 14, 0.8)):
-        chosen = order[marked[order]]
-        ax.scatter(x[chosen], y[chosen], s=size, marker=marker, c=colours[chosen], alpha=alpha)
+    marker_of = np.array([marks[label][0] for label in labels])
+    colours = to_rgba_array([marks[label][1] for label in labels])
+    for marker in dict.fromkeys(m for m, _ in marks.values()):  # up to 10 labels: one call
+        chosen = order[((marker_of == marker) & ~ood)[order]]
+        ax.scatter(x[chosen], y[chosen], s=8, marker=marker, c=colours[chosen], alpha=0.6)
+    crosses = order[ood[order]]
+    ax.scatter(x[crosses], y[crosses], s=14, marker="x", c=colours[crosses], alpha=0.8)
     counts = Counter(labels.tolist())
-    handles = (
-        [] if many else [_legend_mark(f"{n} ({counts[n]})", "o", c) for n, c in colour_of.items()]
-    )
+    handles = [_legend_mark(f"{n} ({counts[n]})", m, c) for n, (m, c) in marks.items()]
     if ood.any():  # black: no rule's colour, so the cross cannot be read as one rule's
         handles.append(_legend_mark("out-of-distribution", "x", "black"))
-    if handles:
-        ax.legend(
-            handles=handles,
-            title=None if many else kind,
-            frameon=False,
-            fontsize="small",
-            loc="upper left",
-            bbox_to_anchor=(1.01, 1),
-        )
+    ax.legend(handles=handles, title=kind, frameon=False, fontsize="x-small" if columns > 1
+              else "small", ncols=columns, loc="upper left", bbox_to_anchor=(1.01, 1))  # fmt: skip
+    (x_low, x_high), (y_low, y_high) = robust_view(x), robust_view(y)
+    ax.set_xlim(x_low, x_high)
+    ax.set_ylim(y_low, y_high)
+    outside = int(np.sum((x < x_low) | (x > x_high) | (y < y_low) | (y > y_high)))
     method = data["method"].upper()
     ax.set_xlabel(f"{method} 1")
-    ax.set_ylabel(f"{method} 2")
-    coloured = f"colour: {kind}" if not many else f"colour: one of {len(names)} {kind}s"
-    ax.set_title(title or f"latent codes, layer {data['layer']} ({coloured})")
+    ax.set_ylabel(f"{method} 2" + (f"\n({outside} outlying points beyond the view)"
+                                    if outside else ""))  # fmt: skip
+    ax.set_title(title or f"latent codes, layer {data['layer']} (colour: {kind})")
     return figure
 
 
@@ -272,7 +299,7 @@ def structure_scores(runs: Mapping[str, ResultsOrSeeds]) -> Figure:
         if undefined:
             note = "constant codes" if undefined == len(group) else f"{undefined} of {len(group)}"
             left.annotate(f"undefined:\n{note}", (i, 0.0), ha="center", va="bottom", fontsize=8)
-    left.set_xticks(x, labels)
+    left.set_xticks(x, [wrap_label(label, 24) for label in labels])
     left.set_ylabel("agreement with the true groups\n(0 = chance, 1 = exact)")
     _score_axis(left, scores)  # negative: worse-than-chance agreement
     left.legend(frameon=False, fontsize="small", ncols=2)
@@ -292,7 +319,7 @@ def structure_scores(runs: Mapping[str, ResultsOrSeeds]) -> Figure:
         right.annotate(note, (i, max(top, 0.0)), ha="center", va="bottom", fontsize=8)
     right.axhline(0, color="k", linewidth=0.8)
     right.set_ylim(-1, 1)
-    right.set_xticks(x, [textwrap.fill(label, 10) for label in labels])  # a narrow panel
+    right.set_xticks(x, [wrap_label(label, 12) for label in labels])  # a narrow panel
     right.set_ylabel("Spearman ρ")
     right.set_title("topographic similarity")
     return figure
@@ -343,17 +370,21 @@ def head_ablation(results: Mapping[str, Any], title: str = "") -> Figure:
     width = max(6.0, 1.6 + 0.55 * grid.shape[1])  # room for "+0.012" in every cell
     figure = Figure(figsize=(width, max(3.2, 1.2 + 0.5 * len(labels))), layout="constrained")
     ax = figure.subplots()
-    bold, noise = None, ""
+    bold, noise, fmt = None, "", _change_format(min(largest, bound))
     if beyond_noise(rows) is not None:  # results written before errors were kept have none
         errors, _ = _head_grid(rows, "standard_error")
         bold = np.abs(grid) > 2 * errors
+        if bold.any():  # enough decimals that a change beyond the noise never reads 0
+            fmt = _change_format(min(float(np.nanmin(np.abs(grid[bold]))), largest, bound))
+            bold &= np.array([[float(cell_text(v, fmt)) != 0 for v in row] for row in grid])
         median = float(np.nanmedian(errors))
+        # colours saturate only beyond the noise: a change of 3 standard errors at least
+        largest, bound = max(largest, 3 * median), max(bound, 3 * median)
         noise = (
             f"\nbold: beyond 2 standard errors (median {median:{_change_format(median, '')}}; "
             f"noise alone puts {len(rows) * BEYOND_TWO_ERRORS:.1f} of {len(rows)} there)"
         )
-    image = annotated_heatmap(ax, grid, labels, "RdBu", -bound, bound,
-                              _change_format(min(largest, bound)), bold)  # fmt: skip
+    image = annotated_heatmap(ax, grid, labels, "RdBu", -bound, bound, fmt, bold)
     clipped = ""
     if bound < largest:  # outliers: outlined, so the scale can show the other heads
         for i, j in zip(*np.nonzero(np.abs(np.nan_to_num(grid)) > bound), strict=True):

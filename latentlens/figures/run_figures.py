@@ -30,7 +30,9 @@ from latentlens.training.run_dir import RunDirectory, group_by_config, read_json
 from latentlens.training.tracked_file import load_tracked
 
 PROBE_RESULTS = Path("probes") / "results.json"
-SEED_SUFFIX = re.compile(r"-s\d+$")
+# How run names carry the seed: "hyla-s1" (train --seeds), "attention=hyla,seed=1" (a
+# sweep's cells)
+SEED_SUFFIX = re.compile(r"-s\d+$|,seed=\d+(?=,|$)|^seed=\d+(,|$)")
 
 
 def _probe_results(run: Path) -> dict | None:
@@ -47,18 +49,25 @@ def run_title(run: Path, config: dict) -> str:
     return run.name
 
 
-def run_figures(run_dir: str | Path, formats: Sequence[str] = ("png", "svg")) -> dict[str, Path]:
+def run_figures(
+    run_dir: str | Path,
+    formats: Sequence[str] = ("png", "svg"),
+    plotlyjs: str | Path | None = None,
+) -> dict[str, Path]:
     """Draw what ``run_dir`` holds: the curves of every metric it logs (always; the task's
     as ``metrics``, the others as ``metrics_{name}``, the loss on a log scale), decoding
     over training (``tracking/latent_decoding.jsonl``), CTER and BLEU over training
     (``tracking/translation_quality.jsonl``), tracked arrays (``tracking/*.safetensors``)
     and, after ``latentlens probe``, decoding per head, code embeddings (also interactive
     HTML), head ablations and structure scores. Returns ``{figure name: first file
-    written}``."""
+    written}``. The interactive pages load plotly.js from ``plotlyjs`` (default:
+    ``figures/plotly.min.js``, one copy for the folder; see
+    :func:`~latentlens.figures.save_plotly`)."""
     run = Path(run_dir)
     directory = RunDirectory(run)
     config = directory.read_config(sections=())  # a clear error if this is not a run directory
     out = run / "figures"
+    bundle = Path(plotlyjs) if plotlyjs is not None else out / "plotly.min.js"
     label = run.name
     title = run_title(run, config)
     written: dict[str, Path] = {}
@@ -71,7 +80,7 @@ def run_figures(run_dir: str | Path, formats: Sequence[str] = ("png", "svg")) ->
     for metric in logged[1:]:
         keep(f"metrics_{metric}", metric_curves({label: run}, metric, log_y=log_scaled(metric)))
     written["metrics_interactive"] = save_plotly(
-        metric_curves_plotly({label: run}, logged), out / "metrics_interactive.html"
+        metric_curves_plotly({label: run}, logged), out / "metrics_interactive.html", bundle
     )
     if read_jsonl(directory.tracking / "latent_decoding.jsonl"):
         keep("decoding_over_training", decoding_curves({label: run}))
@@ -93,7 +102,9 @@ def run_figures(run_dir: str | Path, formats: Sequence[str] = ("png", "svg")) ->
         if "embedding" in results:
             keep("code_embedding", code_embedding(results))
             written["code_embedding_interactive"] = save_plotly(
-                code_embedding_plotly(results, title=title), out / "code_embedding_interactive.html"
+                code_embedding_plotly(results, title=title),
+                out / "code_embedding_interactive.html",
+                bundle,
             )
         if results.get("ablation"):
             keep("head_ablation", head_ablation(results))
@@ -122,7 +133,9 @@ def comparison_figures(
     written = {
         "metrics": save_figure(metric_curves(groups), out / "metrics", formats)[0],
         "metrics_interactive": save_plotly(
-            metric_curves_plotly(groups, shared), out / "metrics_interactive.html"
+            metric_curves_plotly(groups, shared),
+            out / "metrics_interactive.html",
+            out / "plotly.min.js",
         ),
     }
     for metric in shared[1:]:

@@ -1,10 +1,12 @@
 """Writing figures: matplotlib to PNG, SVG, PDF or a standalone HTML page (the SVG inline);
-plotly to self-contained interactive HTML (plotly.js inline: opens offline)."""
+plotly to interactive HTML that opens offline, with plotly.js (4.8 MB) inline or, for a
+folder of figures, one shared copy beside them."""
 
 from __future__ import annotations
 
 import html
 import io
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -51,8 +53,31 @@ def save_figure(
     return paths
 
 
-def save_plotly(figure: go.Figure, path: str | Path) -> Path:
-    """Write a plotly figure as one self-contained HTML file (works offline)."""
+def plotly_bundle(path: str | Path) -> Path:
+    """Write plotly.js to ``path`` (a ``.js`` file) unless it is there already; ``path``."""
+    import plotly.offline  # noqa: PLC0415
+
+    from latentlens.training.checkpoint import atomic_write_bytes  # noqa: PLC0415
+
+    path = Path(path)
+    if path.suffix != ".js":
+        raise ValueError(f"{path}: the plotly.js bundle is a .js file")
+    if not path.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(path, plotly.offline.get_plotlyjs().encode())
+    return path
+
+
+def script_source(bundle: Path, page: Path) -> str:
+    """The ``src`` of a ``<script>`` in ``page`` that loads ``bundle``: a relative path."""
+    return Path(os.path.relpath(bundle.resolve(), page.resolve().parent)).as_posix()
+
+
+def save_plotly(figure: go.Figure, path: str | Path, plotlyjs: str | Path | None = None) -> Path:
+    """Write a plotly figure as an HTML file that works offline: plotly.js inline
+    (``plotlyjs`` None: one self-contained file) or loaded from the bundle ``plotlyjs``
+    (a ``.js`` path, written by :func:`plotly_bundle` if missing, referenced relatively:
+    keep the two together), so that a folder of figures holds one copy of it."""
     path = Path(path)
     if path.suffix != ".html":
         raise ValueError(
@@ -60,5 +85,8 @@ def save_plotly(figure: go.Figure, path: str | Path) -> Path:
             "use the matplotlib figure for PNG/SVG)"
         )
     path.parent.mkdir(parents=True, exist_ok=True)
-    figure.write_html(path, include_plotlyjs=True, full_html=True)
+    include: bool | str = True
+    if plotlyjs is not None:
+        include = script_source(plotly_bundle(plotlyjs), path)
+    figure.write_html(path, include_plotlyjs=include, full_html=True)
     return path

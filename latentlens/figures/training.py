@@ -10,7 +10,14 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
-from latentlens.figures.axes import metric_label, metric_range, padded, step_axis
+from latentlens.figures.axes import (
+    default_ylim,
+    metric_label,
+    metric_range,
+    padded,
+    step_axis,
+    wrap_label,
+)
 from latentlens.tasks import TASKS
 from latentlens.training.run_dir import RunDirectory, read_jsonl
 
@@ -88,9 +95,12 @@ def metric_curves(
     ± one sample standard deviation, at the steps all of them evaluated, labelled with
     their number. ``metric`` defaults to the task's (R² or accuracy). ``splits`` defaults
     to every split the first run evaluated; panels are titled as the first run's task
-    describes its splits. ``ylim`` fixes the y-axis (R² curves of bad models can dive far
-    below 0 and flatten the rest); without it an accuracy's axis spans [0, 1]
-    (:func:`~latentlens.figures.axes.metric_range`), anything else its values. ``log_y``
+    describes its splits. ``ylim`` fixes the y-axis; without it an R² that dives below
+    :data:`~latentlens.figures.axes.R2_FLOOR` (an untrained model's) is clipped there
+    (:func:`~latentlens.figures.axes.default_ylim`), an accuracy's axis spans [0, 1]
+    (:func:`~latentlens.figures.axes.metric_range`), anything else its values. Values
+    beyond the limits are drawn on the edge as open triangles. Long legend labels go below
+    the panels, wrapped between words. ``log_y``
     draws a positive metric (a loss) on a log scale, where its late fall stays visible.
     """
     if not runs:
@@ -110,6 +120,9 @@ def metric_curves(
                 )
     first = next(iter(loaded.values()))[0]
     splits = list(splits or dict.fromkeys(r["split"] for r in first))
+    if ylim is None and not log_y:
+        lowest = min(r[metric] for seeds in loaded.values() for run in seeds for r in run)
+        ylim = default_ylim(metric, lowest)
     titles = split_titles(next(iter(groups.values()))[0])
     figure = Figure(figsize=(4.2 * len(splits), 3.4), layout="constrained")
     clipped = False
@@ -149,7 +162,12 @@ def metric_curves(
             raise ValueError(f"log_y needs positive values; {metric} reaches {lowest}")
         axes[0].set_yscale("log")  # shared by every panel
     axes[0].set_ylabel(metric_label(metric))
-    axes[0].legend(frameon=False)
+    handles, names = axes[0].get_legend_handles_labels()
+    if max(map(len, names), default=0) > 32 or len(names) > 4:  # long names: below, wrapped
+        figure.legend(handles, [wrap_label(n, 40) for n in names], loc="outside lower center",
+                      ncols=min(len(names), 3), frameon=False, fontsize="small")  # fmt: skip
+    else:
+        axes[0].legend(frameon=False)
     if clipped:
         figure.supxlabel(
             f"open triangles: values outside [{ylim[0]:g}, {ylim[1]:g}], drawn at the edge",

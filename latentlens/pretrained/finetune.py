@@ -292,8 +292,9 @@ def _fine_tune(
     run_dir: str | Path, base: str, condition: str, cfg: MarianFineTune,
     device: str | torch.device, quiet: bool,
 ) -> Path:  # fmt: skip
-    from tqdm.auto import tqdm
     from transformers import AutoTokenizer
+
+    from latentlens.progress import progress_bar
 
     if condition not in MARIAN_CONDITIONS:
         raise ValueError(
@@ -370,7 +371,7 @@ def _fine_tune(
     if step == 0:
         record(0)
     batches = Batches(tokenizer, sources, targets, cfg)
-    with tqdm(total=steps, initial=step, disable=quiet, desc=condition) as bar:
+    with progress_bar(total=steps, initial=step, disable=quiet, desc=condition) as bar:
         while step < steps:
             for group in optimizer.param_groups:  # linear decay to 0, no warm-up
                 group["lr"] = cfg.lr * (1.0 - step / steps)

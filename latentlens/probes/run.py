@@ -21,8 +21,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tqdm.auto import tqdm
-
 from latentlens.models.registry import resolve_model_kind
 from latentlens.probes.codes import (
     CodeSet,
@@ -47,6 +45,7 @@ from latentlens.probes.structure import (
     topographic_similarity,
 )
 from latentlens.probes.tracking import LatentDecodingTracker
+from latentlens.progress import progress_bar
 from latentlens.tasks.sraven import RULE_NAMES
 from latentlens.training.checkpoint import atomic_write_bytes, select_checkpoint
 from latentlens.training.run_dir import RunDirectory
@@ -232,7 +231,7 @@ def probe_run(
     """Run the task's probes on a trained run and write ``probes/results.json``."""
     protocol, stages = probe_protocol(RunDirectory(run_dir).read_config())
     trainer = Trainer.load(run_dir, checkpoint, device)
-    bar = tqdm(total=stages, desc=f"probe {Path(run_dir).name}", disable=quiet, leave=False)
+    bar = progress_bar(total=stages, desc=f"probe {Path(run_dir).name}", disable=quiet, leave=False)
 
     def step(stage: str) -> None:
         bar.set_postfix_str(stage)

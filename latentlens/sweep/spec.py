@@ -110,7 +110,8 @@ class SweepSpec:
             config = Trainer.resolve_config(
                 task,
                 model_for_task(task, task_config, self.model, **sections["model"]),
-                TrainConfig.for_task(task, self.model, **sections["train"]),
+                # Ray gives each cell one core: its runs compute (and record) one thread
+                TrainConfig.for_task(task, self.model, **{"threads": 1, **sections["train"]}),
                 task_config,
             )
             name = ",".join(f"{axis.partition('.')[2]}={value}" for axis, value in values.items())

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from latentlens.configs import (
@@ -13,6 +13,7 @@ from latentlens.configs import (
     require_positive,
     require_seed,
 )
+from latentlens.threads import MAX_THREADS
 
 PRECISIONS = ("fp32", "tf32", "bf16")
 # Optimiser settings a resumed run may change (e.g. a lower lr after a divergence); the
@@ -53,6 +54,12 @@ class TrainConfig(JsonConfig):
     ``precision``: ``fp32`` (strict float32), ``tf32`` (float32 tensors, matmuls on CUDA's
     TF32 tensor cores: JAX's default on Ampere and Hopper GPUs, hence the official code's)
     or ``bf16`` (bf16 autocast); see :func:`latentlens.training.trainer.precision_scope`.
+    ``threads``: the CPU threads the run computes with. Float sums split over another
+    number of threads round differently, so the count is part of what a run computes and
+    is recorded: :meth:`~latentlens.training.Trainer.resolve_config` fills a None with
+    :func:`latentlens.threads.run_threads` (never from the machine's load), and a resumed
+    run, or a new run of its config, computes with it again. None in a stored config: a
+    run from before the count was recorded.
     """
 
     steps: int = 50_000
@@ -68,9 +75,16 @@ class TrainConfig(JsonConfig):
     precision: str = "fp32"
     grad_clip: float = 0.0
     track: tuple[str, ...] = ()
+    threads: int | None = None
 
     def __post_init__(self) -> None:
         owner = "TrainConfig"
+        if self.threads is not None:
+            require_positive(owner, "threads", self.threads)
+            if self.threads > MAX_THREADS:
+                raise ValueError(
+                    f"{owner}.threads={self.threads} is invalid: at most {MAX_THREADS}"
+                )
         if not isinstance(self.track, (list, tuple)) or not all(
             isinstance(name, str) and name for name in self.track
         ):
@@ -94,6 +108,13 @@ class TrainConfig(JsonConfig):
         require_choice(owner, "precision", self.precision, PRECISIONS)
         require_seed(owner, "seed", self.seed)
 
+    def same_run(self, other: TrainConfig) -> bool:
+        """Whether a run stored with this config is a run of ``other``: every field equal,
+        the thread count too unless this one predates its recording (None)."""
+        if self.threads is None:
+            other = replace(other, threads=None)
+        return self == other
+
     @classmethod
     def for_task(cls, task: str, model: str = "transformer", **overrides: Any) -> TrainConfig:
         """The reference's training defaults for ``task`` and model kind ``model``, with
@@ -110,3 +131,11 @@ class TrainConfig(JsonConfig):
         progress = 1.0 if span <= 0 else min((step - self.warmup_steps) / span, 1.0)
         cosine = 0.5 * (1.0 + math.cos(math.pi * progress))
         return self.lr * (self.min_lr_ratio + (1.0 - self.min_lr_ratio) * cosine)
+
+
+def same_training(stored: dict[str, Any] | None, wanted: dict[str, Any]) -> bool:
+    """Whether a run directory's stored ``train`` section is a run of ``wanted``
+    (:meth:`TrainConfig.same_run`)."""
+    if not isinstance(stored, dict):
+        return False
+    return TrainConfig.from_dict(stored).same_run(TrainConfig.from_dict(wanted))

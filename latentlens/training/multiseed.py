@@ -30,9 +30,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from tqdm import tqdm
 
 from latentlens.devices import resolve_device
+from latentlens.progress import progress_bar
 from latentlens.tasks import TASKS
 from latentlens.tasks.base import Draws
 from latentlens.training.callbacks import Callback
@@ -295,7 +295,7 @@ class SeedGroup:
                     callback.on_start(trainer)
                 trainer.evaluate_initialisation()
         clock = BudgetClock(self.trainers[0].time_budget, self.step)
-        bar = tqdm(total=cfg.steps, initial=self.step, disable=quiet,
+        bar = progress_bar(total=cfg.steps, initial=self.step, disable=quiet,
                    desc=f"train {seeds} seeds", dynamic_ncols=True)  # fmt: skip
         with bar:
             while self.step < cfg.steps:
@@ -349,13 +349,14 @@ def train_group_or_resume(
     (``device``, ``quiet``, ``time_budget``); ``compile`` and ``cuda_graphs`` apply to
     the group. A run whose stored training config differs from its config is an error."""
     from latentlens.training.checkpoint import list_checkpoints
+    from latentlens.training.config import same_training
     from latentlens.training.trainer import train_or_resume
 
     callbacks = callbacks or [()] * len(runs)
     directories = [RunDirectory(run) for run in runs]
     for directory, config in zip(directories, configs, strict=True):
-        if directory.config_path.is_file() and (
-            directory.read_config().get("train") != config["train"]
+        if directory.config_path.is_file() and not same_training(
+            directory.read_config().get("train"), config["train"]
         ):
             raise ValueError(f"{directory.path} holds a different run; choose another directory")
     last = [

@@ -16,11 +16,11 @@ import shutil
 import time
 import warnings
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import torch
-from tqdm.auto import tqdm
 
 from latentlens import __version__
 from latentlens.devices import resolve_device
@@ -32,7 +32,9 @@ from latentlens.models import (
     model_preset,
     resolve_model_kind,
 )
+from latentlens.progress import progress_bar
 from latentlens.tasks import TASKS, Batch, Task, make_task
+from latentlens.threads import compute_with_threads, run_threads, work_of
 from latentlens.training.callbacks import (
     ActivationRecorder,
     Callback,
@@ -47,7 +49,7 @@ from latentlens.training.checkpoint import (
     save_checkpoint,
     select_checkpoint,
 )
-from latentlens.training.config import RESUME_CHANGEABLE, TrainConfig
+from latentlens.training.config import RESUME_CHANGEABLE, TrainConfig, same_training
 from latentlens.training.distributed import init_distributed
 from latentlens.training.graphs import GraphedStep
 from latentlens.training.init_from import initial_weights, load_initial_weights
@@ -171,6 +173,7 @@ class Trainer:
         self.model_kind = resolve_model_kind(config.get("model_kind", "transformer"))
         self.model_cfg = model_config(self.model_kind, config["model"])
         self.train_cfg = TrainConfig.from_dict(config["train"])
+        compute_with_threads(self.train_cfg.threads)
         self.task_name = config["task"]["name"]
         if self.train_cfg.batch_size % self.dist.world_size:
             raise ValueError(
@@ -269,10 +272,14 @@ class Trainer:
                 f"model must be the config of a model kind {sorted(MODEL_KINDS)}, got "
                 f"{type(model).__name__}"
             )
+        model_dict = model.to_dict()
+        if train.threads is None:  # recorded: the run's numbers depend on it
+            work = work_of({"model": model_dict, "train": train.to_dict()})
+            train = replace(train, threads=run_threads(work))
         return {
             "latentlens_version": __version__,
             "model_kind": kind,
-            "model": model.to_dict(),
+            "model": model_dict,
             "task": {"name": task, "config": task_obj.config.to_dict()},
             "task_description": task_obj.describe(),
             "train": train.to_dict(),
@@ -445,7 +452,7 @@ class Trainer:
             for callback in self.callbacks:
                 callback.on_start(self)
             self.evaluate_initialisation()
-        bar = tqdm(
+        bar = progress_bar(
             total=cfg.steps, initial=self.step, disable=self.quiet, desc="train", dynamic_ncols=True
         )
         clock = BudgetClock(self.time_budget, self.step)
@@ -706,7 +713,7 @@ def train_or_resume(
     from ``config``'s is an error, never overwritten."""
     directory = RunDirectory(run)
     if directory.config_path.is_file():
-        if directory.read_config().get("train") != config["train"]:
+        if not same_training(directory.read_config().get("train"), config["train"]):
             raise ValueError(f"{directory.path} holds a different run; choose another directory")
         found = list_checkpoints(directory.checkpoints)
         if not found or found[-1][0] < config["train"]["steps"]:

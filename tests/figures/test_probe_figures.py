@@ -236,7 +236,8 @@ def make_report(tmp_path: Path) -> tuple[Path, Path]:
     markdown, page = write_report(
         tmp_path, "a report",
         [Section("What was run", ["Command: `latentlens demo`"], table=[{"a": 1.0, "b": "x"}],
-                 figures=[(figure_path, "head ablation")], interactive=[interactive])],
+                 figures=[(figure_path, "head ablation")],
+                 interactive=[(interactive, "a scatter")])],
     )  # fmt: skip
     return markdown, page
 
@@ -350,22 +351,21 @@ def test_structure_of_seeds_is_their_mean_with_a_std_error_bar() -> None:
     assert bounds.get_segments()[1][:, 1] == pytest.approx([0.5, 0.5])
     assert [t.get_text() for t in clustering.texts] == ["undefined:\n1 of 2"]
     assert topography.patches[0].get_height() == pytest.approx(0.3)
-    assert [t.get_text() for t in topography.get_xticklabels()][0] == "hyla (2\nseeds)"
+    assert [t.get_text() for t in topography.get_xticklabels()][0] == "hyla\n(2 seeds)"
 
 
-def test_many_labels_get_distinct_colours_and_a_task_legend_title() -> None:
+def test_many_labels_get_distinct_marks_and_a_task_legend_title() -> None:
     from latentlens.figures import code_embedding_plotly
-    from latentlens.figures.probes import label_colours
+    from latentlens.figures.probes import label_marks
 
     names = [f"terms {i}+{i + 1}" for i in range(33)]
-    colours = label_colours(names)
-    assert len(set(colours.values())) == 33  # no cycle: 33 combinations, 33 colours
+    assert len(set(label_marks(names).values())) == 33  # 33 combinations, 33 marks
     results = fake_results()
     results["embedding"]["label"] = [names[i % 33] for i in range(60)]
     results["embedding"]["label_kind"] = "term combination"
     ax = code_embedding(results).axes[0]
-    assert ax.get_title().endswith("(colour: one of 33 term combinations)")
-    assert ax.get_legend().get_title().get_text() == ""  # 33 entries: no legend but OOD
+    assert ax.get_title().endswith("(colour: term combination)")
+    assert ax.get_legend().get_title().get_text() == "term combination"
     few = fake_results()
     few["embedding"]["label_kind"] = "rule"
     legend = code_embedding(few).axes[0].get_legend()

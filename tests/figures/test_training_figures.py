@@ -94,7 +94,7 @@ def test_an_accuracy_axis_spans_zero_to_one_and_other_metrics_their_values(
     """A flat accuracy of 0 autoscaled would fill the panel with [-0.05, 0.05] as if it
     were noise; an accuracy's axis spans [0, 1] (padded 3%, so a point on 0 or 1 stays in
     the frame), in the figure and in the interactive menu, while R² and the loss keep
-    their values' range."""
+    their values' range (an R² below -1 clipped there)."""
     run = tmp_path / "sraven"
     run.mkdir()
     records = [
@@ -107,7 +107,7 @@ def test_an_accuracy_axis_spans_zero_to_one_and_other_metrics_their_values(
         low, high = metric_curves({"x": run}, metric).axes[0].get_ylim()
         assert (low, high) == pytest.approx((-0.03, 1.03))
     low, high = metric_curves({"x": run}, "r2").axes[0].get_ylim()
-    assert -2.2 < low < -2.0 and 0.0 < high < 0.2  # R² from -2 to 0: its own range
+    assert (low, high) == (-1.0, 1.0)  # R² from -3 to 0: below the floor, clipped
     assert metric_curves({"x": run}, "accuracy", ylim=(0.0, 0.5)).axes[0].get_ylim() == (0, 0.5)
     plotly = metric_curves_plotly({"x": run}, ["accuracy", "r2"])
     assert list(plotly.layout.yaxis.range) == pytest.approx([-0.03, 1.03])
