@@ -199,7 +199,12 @@ def _mean_std(values: list[float | None]) -> str:
     mean, std, defined = seed_score(values)
     if std is None:
         return "n/a"
-    text = f"{mean:.3f} ± {std:.3f}"
+    counts = [v for v in values if v is not None]
+    if all(isinstance(v, int) and not isinstance(v, bool) for v in counts):  # a count of heads
+        low, high = min(counts), max(counts)
+        text = str(low) if low == high else f"{low}-{high} (mean {mean:.1f})"
+    else:
+        text = f"{mean:.3f} ± {std:.3f}"
     return text if defined == len(values) else f"{text} (of {defined})"
 
 
@@ -255,9 +260,11 @@ def run_figures_command(args: argparse.Namespace) -> int:
 def run_demo_command(args: argparse.Namespace) -> int:
     from latentlens.demo import run_demo
 
-    markdown, page = run_demo(
+    done = run_demo(
         args.out, args.size, args.steps, embedding=args.embedding, device=args.device,
         quiet=args.quiet,
     )  # fmt: skip
-    print(f"report: {markdown}\n        {page} (self-contained, opens offline)")
+    print(done.summary)
+    print(f"report: {done.markdown}\n        {done.page} (opens offline; keep "
+          "plotly.min.js beside it)")  # fmt: skip
     return 0

@@ -267,6 +267,7 @@ def run_train(args: argparse.Namespace) -> int:
         RESUME_CHANGEABLE,
         RunDirectory,
         SeedGroup,
+        TrainConfig,
         Trainer,
         TrainingDiverged,
         seed_configs,
@@ -316,6 +317,8 @@ def run_train(args: argparse.Namespace) -> int:
             apply_config_defaults(args, file)
             canonical_kind(args.task, args.model)  # a clear error for an unknown kind
             config = resolve_run_config(args, file)
+            for note in TrainConfig.from_dict(config["train"]).schedule_notes():
+                print(f"warning: {note}", file=sys.stderr)
             kind = "" if args.model in ("transformer", "vanilla") else f"{args.model}-"
             if args.seeds:
                 base = args.run_dir or f"runs/{args.task}-{kind}{args.attention}"
@@ -462,10 +465,25 @@ def run_eval(args: argparse.Namespace) -> int:
         ]
         print(f"run {trainer.run_dir.path}, checkpoint step {trainer.step}")
         print_table(records)
+        if trainer.task_name == "translation":  # the benchmark's own metrics, by decoding
+            print_translation_quality(trainer, args.examples)
         evaluated.append(records)
     if len(runs) > 1 and seeds_of_one_config(runs):
         print_seed_summary(evaluated)
     return 0
+
+
+def print_translation_quality(trainer: Any, examples: int | None) -> None:
+    """BLEU on the CG and random tests and CTER (instance, aggregate) by greedy decoding,
+    the translation benchmark's headline metrics."""
+    from latentlens.probes.translation import translation_quality
+
+    quality = translation_quality(trainer.model, trainer.task, test_examples=examples or 1_000)
+    print(
+        f"greedy decoding: BLEU cg {quality['bleu_cg']:.2f}, test {quality['bleu_test']:.2f}; "
+        f"CTER instance {100 * quality['cter_instance']:.1f}%, aggregate "
+        f"{100 * quality['cter_aggregate']:.1f}% (CG test, lower is better)"
+    )
 
 
 def print_seed_summary(runs: list[list[dict[str, Any]]]) -> None:

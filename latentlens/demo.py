@@ -137,6 +137,10 @@ def _with_error(metrics: dict[str, float], name: str = "r2") -> str:
     return f"{metrics[name]:.3f} ± {metrics[name + '_se']:.3f}"
 
 
+def _as_text(value: str | float) -> str:
+    return value if isinstance(value, str) else f"{value:.3f}"
+
+
 def _decoded(row: dict[str, Any]) -> str | float:
     """A decoding score with its standard error where the results carry one."""
     error = row.get("test_se")
@@ -167,6 +171,31 @@ def ranking_sentence(scores: dict[str, tuple[float, float]]) -> str:
     )
 
 
+@dataclass(frozen=True)
+class DemoOutput:
+    """What the demo wrote (``report.md``, ``report.html``) and its headline table as text."""
+
+    markdown: Path
+    page: Path
+    summary: str
+
+
+def headline(results: dict[str, dict]) -> str:
+    """Per variant: test and ood R² (± standard error), decoding R² of the term bits beside
+    its shuffled-label control, the heads that matter; a plain-text table."""
+    rows = [("attention", "test R²", "ood R²", "decoding R²", "shuffled", "heads that matter")]
+    for variant, probe in results.items():
+        evaluation = probe["evaluation"]
+        overall = next(r for r in probe["decoding"] if r["layer"] == "all")
+        rows.append((VARIANT_NAMES[variant], _with_error(evaluation["test"]),
+                     _with_error(evaluation["ood"]), _as_text(_decoded(overall)),
+                     f"{overall['shuffled']:.3f}",
+                     _heads_that_matter(probe["ablation"])))  # fmt: skip
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+                     for row in rows)  # fmt: skip
+
+
 def run_demo(
     out: str | Path = "runs/demo",
     size: str = "small",
@@ -176,8 +205,8 @@ def run_demo(
     device: str = "auto",
     quiet: bool = False,
     seed: int = 2024,
-) -> tuple[Path, Path]:
-    """Train, probe, draw and report; returns the paths of ``report.md`` and ``report.html``."""
+) -> DemoOutput:
+    """Train, probe, draw and report; returns the report's paths and its headline table."""
     if size not in SIZES:
         raise ValueError(f"size={size!r} is unknown; choose one of {sorted(SIZES)}")
     unknown = [v for v in variants if v not in VARIANT_NAMES]
@@ -220,7 +249,7 @@ def run_demo(
             plotlyjs=root / PLOTLY_JS,
         )  # fmt: skip
         stages.update(1)
-    return paths
+    return DemoOutput(*paths, headline(results))
 
 
 def _sections(runs, results, figures, curves, structure, size, wall, size_name, steps):  # noqa: PLR0913

@@ -26,6 +26,11 @@ def test_demo_at_tiny_size_writes_runs_figures_and_reports(tmp_path: Path, capsy
     done = latentlens("demo", "--size", "tiny", "--steps", "10", "--out", str(out), "--quiet")
     assert done.returncode == 0, done.stderr[-3000:]
     assert "report.html" in done.stdout
+    # the headline table on stdout: a header and a row per variant with R² ± its error
+    table = done.stdout.splitlines()
+    assert table[0].split()[:3] == ["attention", "test", "R²"]
+    assert [line.split()[0] for line in table[1:4]] == ["softmax", "linear", "HYLA"]
+    assert re.search(r"^HYLA\s+-?\d+\.\d{3} ± \d\.\d{3}", table[3])
     for variant in ("softmax", "linear", "hyla"):
         results = json.loads((out / variant / "probes" / "results.json").read_text())
         assert results["attention"] == variant and results["step"] == 10
@@ -190,7 +195,10 @@ def test_probe_summary_averages_seeds_and_marks_undefined_and_missing_scores(tmp
     # mean ± sample std; the ARI over the two seeds that define it, and says so
     assert rows[4] == ["mean", "±", "std", "(3", "seeds)", "0.700", "±", "0.200", "0.250", "±",
                        "0.000", "0.200", "±", "0.141", "(of", "2)", "0.500", "±", "0.000",
-                       "1.000", "±", "1.000"]  # fmt: skip
+                       "0-2", "(mean", "1.0)"]  # fmt: skip
+    # a count of heads is an integer: the same in every seed, it is printed bare
+    same = {Path(f"a/s{i}"): results(0.5, 0.1, [0.3, 0.3]) for i in range(3)}
+    assert probe_summary(same, seeds_only=True).splitlines()[-1].split()[-1] == "2"
     # Different models are not averaged; a score a task has not is "-"; equal names get paths.
     modular = {"z_decoding": [{"r2_ood": 0.2}, {"r2_ood": 0.6}]}
     lines = probe_summary({Path("a/s0"): probed[Path("a/s0")], Path("b/s0"): modular}, False)

@@ -199,3 +199,28 @@ def test_help_and_argument_errors_import_no_torch() -> None:
                           timeout=120)  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def test_a_schedule_longer_than_the_run_is_named_before_it_starts(tmp_path, capsys) -> None:
+    """SRAVEN's defaults (warm-up and evaluation every 1,000 steps) kept for a 400-step run
+    never left warm-up and drew two curve points, without a word."""
+    flags = ["train", "--task", "fuzzy-logic", "--d-model", "16", "--steps", "4",
+             "--eval-every", "8", "--device", "cpu", "--quiet",
+             "--run-dir", str(tmp_path / "r")]  # fmt: skip
+    assert main(flags) == 0
+    err = capsys.readouterr().err
+    assert "warning: warmup_steps=100 is not shorter than steps=4" in err
+    assert "warning: eval_every=8 is not shorter than steps=4" in err
+    assert main([*flags[:5], "--warmup-steps", "1", "--eval-every", "2", "--device", "cpu",
+                 "--quiet", "--run-dir", str(tmp_path / "ok")]) == 0  # fmt: skip
+    assert "warning" not in capsys.readouterr().err
+
+
+def test_a_folder_of_runs_is_named_with_the_runs_inside(tmp_path, capsys) -> None:
+    for name in ("softmax", "hyla"):
+        (tmp_path / "demo" / name).mkdir(parents=True)
+        (tmp_path / "demo" / name / "config.json").write_text("{}")
+    assert main(["eval", str(tmp_path / "demo")]) == 2
+    err = capsys.readouterr().err
+    assert "is not a run directory but holds 2 runs" in err
+    assert str(tmp_path / "demo" / "hyla") in err and "Traceback" not in err

@@ -7,10 +7,27 @@ TransformerLens is imported when these functions run, never at ``import latentle
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from latentlens.devices import resolve_device
+
+
+@contextlib.contextmanager
+def quiet_transformers() -> Iterator[None]:
+    """Without transformers' "Loading weights" progress bars (they are not the caller's
+    progress); their setting as it was afterwards."""
+    from transformers.utils import logging as hf_logging  # noqa: PLC0415
+
+    was_enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            hf_logging.enable_progress_bar()
 
 
 def load_language_model(name: str, device: str = "auto", random_weights: bool = False) -> Any:
@@ -25,9 +42,10 @@ def load_language_model(name: str, device: str = "auto", random_weights: bool = 
     if name.startswith(("/", "./", "../", "~")) and not Path(name).expanduser().is_dir():
         raise ValueError(f"no folder {name}: pass a Hugging Face hub name or an existing folder")
     try:
-        model = TransformerBridge.boot_transformers(
-            name, device=target, load_weights=not random_weights
-        )
+        with quiet_transformers():
+            model = TransformerBridge.boot_transformers(
+                name, device=target, load_weights=not random_weights
+            )
     except (OSError, ValueError, KeyError) as err:
         local = Path(name).exists()
         reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
@@ -38,7 +56,7 @@ def load_language_model(name: str, device: str = "auto", random_weights: bool = 
             "written with save_pretrained"
         )
         raise ValueError(f"could not load the model {name!r}: {reason} ({where})") from None
-    return model.to(target).eval()
+    return model.eval()  # boot_transformers placed it (a .to() would print a line)
 
 
 def write_tiny_gpt2(
@@ -75,6 +93,7 @@ def write_tiny_gpt2(
         model = GPT2LMHeadModel(config)
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(folder)
+    with quiet_transformers():
+        model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder

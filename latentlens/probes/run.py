@@ -101,10 +101,12 @@ def probe_fuzzy_logic(trainer: Trainer, examples: int, embedding: str, step: Cal
     results["ablation"] = head_ablation_table(model, task, batch)
     source = task.sample(len(batch), "test", task.make_generator(8))
     last = task.config.seq_len - 1
-    results["patching"] = [
+    flat = codes.codes.flatten(2)  # [examples, layer, head * key]
+    constant = {layer for layer in range(flat.shape[1]) if all_identical(flat[:, layer])}
+    results["patching"] = [  # a layer whose codes carry nothing is not patched
         {"layer": layer, "query": last, "key": last,
          **patch_latent_code(model, task, batch, source, layer, last, last).to_dict()}
-        for layer in range(codes.codes.shape[1])
+        for layer in range(codes.codes.shape[1]) if layer not in constant
     ]  # fmt: skip
     step("interventions")
     results["protocol"] = (

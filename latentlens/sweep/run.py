@@ -128,7 +128,8 @@ def live_step(out: Path, name: str) -> int | None:
 
 
 def status_lines(out: Path) -> list[str]:
-    """One line per cell of the sweep in ``out``: its state, step and headline metric."""
+    """The sweep in ``out`` as a table, a row per cell: its state, step and its task's
+    headline metric (:attr:`latentlens.tasks.Task.headline`), then the counts."""
     path = out / STATUS_FILE
     if not path.is_file():
         raise ValueError(f"{out} holds no sweep ({STATUS_FILE}); start one with latentlens sweep")
@@ -136,27 +137,33 @@ def status_lines(out: Path) -> list[str]:
         states = json.loads(path.read_text())["cells"]
     except (json.JSONDecodeError, KeyError, TypeError) as err:
         raise ValueError(f"{path} is damaged ({err}); run the sweep again to rewrite it") from None
-    lines = []
+    rows = [("cell", "state", "step", "headline")]
     for name, state in states.items():
-        text = f"{name}: {state['state']}"
-        if state["state"] in ("queued", "running") and (step := live_step(out, name)) is not None:
-            text += f" (step {step})"
-        if state.get("metric"):
-            text += f", {state['metric']}"
-        if state.get("error"):
-            text += f": {state['error']}"
-        lines.append(text)
+        step = live_step(out, name)
+        shown = state.get("error") or state.get("metric") or ""
+        rows.append((name, state["state"], "-" if step is None else str(step), shown))
+    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row[:3], widths, strict=False))
+             + "  " + row[3] for row in rows]  # fmt: skip
     counts = {s: sum(v["state"] == s for v in states.values()) for s in ("done", "failed")}
     lines.append(f"{len(states)} cells: {counts['done']} done, {counts['failed']} failed, "
                  f"{len(states) - sum(counts.values())} not finished")  # fmt: skip
     return lines
 
 
-def headline(metrics: dict[str, dict[str, float]]) -> str:
-    """``split metric value`` of the last split's task metric (R² or accuracy)."""
-    split, values = list(metrics.items())[-1]
-    key = next((k for k in ("r2", "accuracy") if k in values), "loss")
-    return f"{split} {key} {values[key]:.3f}"
+def headline(metrics: dict[str, dict[str, float]], task: str) -> str:
+    """``split metric value ± standard error`` of ``task``'s headline
+    (:attr:`latentlens.tasks.Task.headline`) in a run's final ``metrics`` by split, or of
+    the last split's first metric where the run did not evaluate it."""
+    from latentlens.tasks import TASKS
+
+    split, key = TASKS[task][0].headline
+    if key not in metrics.get(split, {}):
+        split, values = list(metrics.items())[-1]
+        key = next((k for k in values if not k.endswith("_se")), "loss")
+    value = metrics[split][key]
+    error = metrics[split].get(f"{key}_se")
+    return f"{split} {key} {value:.3f}" + (f" ± {error:.3f}" if error is not None else "")
 
 
 def run_sweep(
@@ -177,12 +184,14 @@ def run_sweep(
     pending: list[Cell] = []
     for cell in cells:
         if cell_finished(out / cell.name, cell.config):
-            states[cell.name] = {"state": "done", "metric": "found finished"}
-            print(f"{cell.name}: done (found finished)", flush=True)
+            metric = headline(final_metrics(str(out / cell.name)), cell.config["task"]["name"])
+            states[cell.name] = {"state": "done", "metric": f"{metric} (found finished)"}
         else:
             states[cell.name] = {"state": "queued"}
             pending.append(cell)
     write_status(out, states)
+    if found := len(cells) - len(pending):
+        print(f"{found} of {len(cells)} cells found finished", flush=True)
     if not pending:
         return states
     started_here = not ray.is_initialized()
@@ -213,16 +222,19 @@ def run_sweep(
                     result = ray.get(ref)
                     results = result if isinstance(result, list) else [result]
                     for cell, metrics in zip(cells_of, results, strict=True):
-                        states[cell.name] = {"state": "done", "metric": headline(metrics)}
+                        task = cell.config["task"]["name"]
+                        states[cell.name] = {"state": "done", "metric": headline(metrics, task)}
                 except Exception as err:  # noqa: BLE001 - a crashed cell must not stop the rest
                     cause = getattr(err, "cause", None) or err
                     error = f"{type(cause).__name__}: {cause}"
                     for cell in cells_of:
                         states[cell.name] = {"state": "failed", "error": error}
-                for cell in cells_of:
+                finished = sum(s["state"] in ("done", "failed") for s in states.values())
+                for cell in cells_of:  # progress; the metrics come in the closing table
                     state = states[cell.name]
-                    print(f"{cell.name}: {state['state']}, "
-                          f"{state.get('metric') or state.get('error')}", flush=True)  # fmt: skip
+                    error = f": {state['error']}" if "error" in state else ""
+                    print(f"[{finished}/{len(cells)}] {cell.name}: {state['state']}{error}",
+                          flush=True)  # fmt: skip
                 write_status(out, states)
             if refs and time.monotonic() - last_progress > PROGRESS_EVERY:
                 running = [f"{c.name} step {live_step(out, c.name) or 0}"

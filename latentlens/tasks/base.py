@@ -72,6 +72,8 @@ class Task:
 
     name: str = "task"
     splits: tuple[str, ...] = ()
+    # The split and metric one number summarises a run by (a sweep's table, a summary).
+    headline: ClassVar[tuple[str, str]] = ("test", "loss")
     # What each split holds, in a few words, for figure titles and tables.
     split_titles: ClassVar[dict[str, str]] = {}
     # Whether ``sample`` can be captured in a CUDA graph (no host copy or sync inside).

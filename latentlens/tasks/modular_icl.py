@@ -212,6 +212,7 @@ class ModularICLTask(Task):
 
     name = "modular-icl"
     splits = ("train", "ood", "control")
+    headline = ("ood", "r2")  # the masks not trained on
     split_titles = {
         "train": "training support",
         "ood": "held-out module combinations",

@@ -145,6 +145,7 @@ class SRavenTask(DrawnTask):
 
     name = "sraven"
     splits = ("train", "test", "ood", "test_unpermuted", "ood_unpermuted")
+    headline = ("ood", "accuracy")  # held-out rule multisets
     split_titles = {
         "train": "in-distribution rules",
         "test": "in-distribution rules, new puzzles",

@@ -108,6 +108,23 @@ class TrainConfig(JsonConfig):
         require_choice(owner, "precision", self.precision, PRECISIONS)
         require_seed(owner, "seed", self.seed)
 
+    def schedule_notes(self) -> list[str]:
+        """What a reader of this schedule should hear before the run starts: a warm-up or
+        an evaluation interval as long as the run itself (a task's defaults kept for a
+        short ``steps``)."""
+        notes = []
+        if self.warmup_steps >= self.steps:
+            notes.append(
+                f"warmup_steps={self.warmup_steps:,} is not shorter than steps={self.steps:,}: "
+                "the run never leaves warm-up (its lr never reaches lr); lower --warmup-steps"
+            )
+        if self.eval_every >= self.steps:
+            notes.append(
+                f"eval_every={self.eval_every:,} is not shorter than steps={self.steps:,}: the "
+                "curves get two points (step 0 and the end); lower --eval-every"
+            )
+        return notes
+
     def same_run(self, other: TrainConfig) -> bool:
         """Whether a run stored with this config is a run of ``other``: every field equal,
         the thread count too unless this one predates its recording (None)."""

@@ -88,10 +88,24 @@ class RunDirectory:
     def tracking(self) -> Path:
         return self.path / "tracking"
 
+    def runs_inside(self) -> list[Path]:
+        """The run directories directly inside this folder (a demo's, a sweep's), sorted."""
+        if not self.path.is_dir():
+            return []
+        return sorted(p for p in self.path.iterdir() if (p / "config.json").is_file())
+
     def read_config(self, sections: tuple[str, ...] = ("model", "task", "train")) -> dict[str, Any]:
         """``config.json``; a one-line error naming it when it is missing, not JSON, or
         lacks one of ``sections`` (JSON objects; the figures need only ``task``)."""
         if not self.config_path.is_file():
+            inside = self.runs_inside()
+            if inside:
+                shown = " ".join(str(run) for run in inside[:6])
+                more = f" and {len(inside) - 6} more" if len(inside) > 6 else ""
+                raise ValueError(
+                    f"{self.path} is not a run directory but holds {len(inside)} runs: give "
+                    f"them instead ({shown}{more})"
+                )
             raise ValueError(f"{self.path} is not a run directory: it has no config.json")
         try:
             config = json.loads(self.config_path.read_text())

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -98,6 +99,11 @@ def test_a_sweep_on_local_ray_runs_skips_and_reports(tmp_path, capsys) -> None:
     assert main(["sweep", str(spec), "--out", str(out), "--num-cpus", "2"]) == 0
     printed = capsys.readouterr().out
     assert "4 cells: 4 done, 0 failed, 0 not finished" in printed
+    # progress while it runs, the metrics once, in the closing table under its headline:
+    # fuzzy logic's held-out combinations (the paper's OOD), not the never-seen terms
+    row = next(line for line in printed.splitlines() if line.startswith("attention=hyla,seed=1 "))
+    assert re.search(r"done\s+20\s+test r2 -?\d\.\d{3} ± \d\.\d{3}$", row), row
+    assert sum("attention=hyla,seed=1" in line for line in printed.splitlines()) == 2
     for name in ("attention=softmax,seed=0", "attention=hyla,seed=1"):
         records = RunDirectory(out / name).read_metrics()
         assert records[-1]["step"] == 20
@@ -110,10 +116,13 @@ def test_a_sweep_on_local_ray_runs_skips_and_reports(tmp_path, capsys) -> None:
     )
     before = (out / "attention=softmax,seed=0" / "metrics.jsonl").read_text()
     assert main(["sweep", str(spec), "--out", str(out), "--num-cpus", "2"]) == 0
-    assert "done (found finished)" in capsys.readouterr().out
+    assert "4 of 4 cells found finished" in capsys.readouterr().out
     assert (out / "attention=softmax,seed=0" / "metrics.jsonl").read_text() == before
     assert main(["sweep", "--status", str(out)]) == 0
-    assert "attention=hyla,seed=0: done, found finished" in capsys.readouterr().out
+    status = capsys.readouterr().out.splitlines()
+    assert status[0].split() == ["cell", "state", "step", "headline"]
+    row = next(line for line in status if line.startswith("attention=hyla,seed=0 "))
+    assert row.split()[1:4] == ["done", "20", "test"] and row.endswith("(found finished)")
 
 
 def test_a_crashed_cell_does_not_stop_the_others(tmp_path, capsys) -> None:

@@ -112,6 +112,7 @@ class TranslationTask(Task):
 
     name = "translation"
     splits = ("train", "valid", "test", "cg")
+    headline = ("cg", "token_accuracy")  # the compositional test
     split_titles = {
         "train": "training sentences",
         "valid": "validation",
