@@ -1,7 +1,13 @@
 """latentlens: mechanistic interpretability of attention latent codes."""
 
+import warnings
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
+
+# In a Jupyter kernel without ipywidgets, importing tqdm.auto (TransformerLens and Hugging
+# Face do) warns "IProgress not found" into the first cell's output. latentlens's own bars
+# step aside there (latentlens.progress), so the warning tells a reader nothing.
+warnings.filterwarnings("ignore", message="IProgress not found", module="tqdm")
 
 try:
     __version__ = version("latentlens")

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from latentlens.cli_choices import DEVICE_CHOICES
+# What ``resolve_device`` takes besides "cuda:N" (latentlens.cli.choices keeps a copy)
+DEVICE_CHOICES = ("auto", "cpu", "cuda")
 
 __all__ = ["DEVICE_CHOICES", "resolve_device"]
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from latentlens.cli import main
-from latentlens.demo import SIZES, train_variant
+from latentlens.reports.demo import SIZES, train_variant
 from latentlens.tasks import RULE_NAMES
 
 
@@ -100,7 +100,7 @@ def test_probe_and_figures_commands_on_a_sraven_run(tmp_path: Path, capsys) -> N
 
 
 def test_the_demo_report_explains_codes_that_are_the_same_for_every_task() -> None:
-    from latentlens.demo import constant_code_note
+    from latentlens.reports.demo import constant_code_note
 
     assert constant_code_note([]) == ""
     note = constant_code_note(["HYLA"])
@@ -110,7 +110,7 @@ def test_the_demo_report_explains_codes_that_are_the_same_for_every_task() -> No
 
 
 def test_ablation_summary_names_the_stack_and_counts_against_noise() -> None:
-    from latentlens.cli_analysis import ablation_summary
+    from latentlens.cli.analysis import ablation_summary
 
     rows = [
         {"prefix": prefix, "layer": 0, "head": head, "metric": "token_accuracy",
@@ -173,7 +173,7 @@ def test_figures_of_several_runs_draw_them_side_by_side(tmp_path: Path, capsys) 
 
 
 def test_probe_summary_averages_seeds_and_marks_undefined_and_missing_scores(tmp_path) -> None:
-    from latentlens.cli_analysis import probe_summary
+    from latentlens.cli.analysis import probe_summary
     from latentlens.training.run_dir import seeds_of_one_config
 
     def results(test: float, ari: float | None, changes: list[float]) -> dict:

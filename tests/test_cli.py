@@ -111,7 +111,7 @@ def test_bad_argument_gives_a_clear_error(capsys: pytest.CaptureFixture[str]) ->
 
 
 def test_metrics_table_columns_line_up_with_long_split_names(capsys) -> None:
-    from latentlens.cli_training import print_table
+    from latentlens.cli.training import print_table
 
     records = [
         {"step": 5, "split": "train", "loss": 2.5, "accuracy": 0.25},
@@ -126,7 +126,7 @@ def test_metrics_table_columns_line_up_with_long_split_names(capsys) -> None:
 
 
 def test_seed_summary_gives_mean_and_sample_std_per_split(capsys) -> None:
-    from latentlens.cli_training import print_seed_summary
+    from latentlens.cli.training import print_seed_summary
 
     runs = [
         [{"step": 9, "split": "train", "loss": 1.0, "r2": 0.5},
@@ -153,8 +153,8 @@ def test_inspect_of_every_variant_lists_the_default_models_hooks() -> None:
 
 
 def test_the_command_lines_value_sets_are_the_librarys() -> None:
-    from latentlens import cli_choices
-    from latentlens.devices import resolve_device
+    from latentlens.cli import choices as cli_choices
+    from latentlens.devices import DEVICE_CHOICES, resolve_device
     from latentlens.figures.save import MATPLOTLIB_FORMATS
     from latentlens.models import MODEL_ALIASES, MODEL_KINDS, VARIANTS
     from latentlens.models.encoder_decoder import FUSE_CHOICES
@@ -176,6 +176,7 @@ def test_the_command_lines_value_sets_are_the_librarys() -> None:
     assert tuple(LOGGERS) == cli_choices.LOGGERS
     assert tuple(MATPLOTLIB_FORMATS) == cli_choices.MATPLOTLIB_FORMATS
     assert tuple(EMBEDDINGS) == cli_choices.EMBEDDINGS
+    assert cli_choices.DEVICE_CHOICES == DEVICE_CHOICES
     for device in cli_choices.DEVICE_CHOICES[:2]:
         resolve_device(device)
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import re
@@ -28,6 +29,25 @@ def test_every_relative_link_of_the_readme_resolves() -> None:
     assert not missing, f"README.md links to missing files: {missing}"
 
 
+def notebook_stderr(page: str) -> list[str]:
+    """The lines a rendered notebook page shows as stderr output (nbconvert marks them with
+    the stderr MIME type), tags stripped."""
+    blocks = re.findall(
+        r'data-mime-type="application/vnd\.jupyter\.stderr"[^>]*>\s*<pre>(.*?)</pre>', page, re.S
+    )
+    text = "\n".join(html.unescape(re.sub(r"<[^>]+>", "", block)) for block in blocks)
+    return [line for line in text.splitlines() if line.strip()]
+
+
+def test_notebook_stderr_is_read_from_a_rendered_page() -> None:
+    page = (
+        '<div class="jp-RenderedText" data-mime-type="application/vnd.jupyter.stderr">'
+        "<pre>a &amp; b\n<span>warn</span>\n</pre></div>"
+        '<div data-mime-type="text/plain"><pre>not this</pre></div>'
+    )
+    assert notebook_stderr(page) == ["a & b", "warn"]
+
+
 def test_the_docs_site_builds_strictly_with_notebooks_and_api_reference(tmp_path) -> None:
     exe = shutil.which("mkdocs")
     command = [exe] if exe else [sys.executable, "-m", "mkdocs"]
@@ -40,6 +60,14 @@ def test_the_docs_site_builds_strictly_with_notebooks_and_api_reference(tmp_path
     assert "insert_bridge" in reference  # the API reference comes from the docstrings
     sraven = (site / "notebooks" / "02_sraven_latent_codes" / "index.html").read_text()
     assert "Plotly.newPlot" in sraven  # the embedding stays interactive
+    for page in sorted((site / "notebooks").glob("*/index.html")):
+        stderr = notebook_stderr(page.read_text())
+        # a few lines at most (TransformerLens's own patching bar in notebook 04), never a
+        # warning: progress bars once filled pages with hundreds of red lines
+        assert len(stderr) <= 4 and not any("Warning" in line for line in stderr), (
+            page.parent.name,
+            stderr[:10],
+        )
     assert (site / "figures" / "fuzzy-logic-sweep.png").is_file()
 
 

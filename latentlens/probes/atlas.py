@@ -6,7 +6,7 @@ distribution, scored on a held-out part of it and on held-out combinations), bes
 and a shuffled-label control? Do the codes cluster by relation? What does each head give
 each relation on average, and what does zeroing it cost the model's answer?
 
-Everything lands in one JSON-ready dict; :mod:`latentlens.atlas_report` draws it.
+Everything lands in one JSON-ready dict; :mod:`latentlens.reports.atlas` draws it.
 """
 
 from __future__ import annotations

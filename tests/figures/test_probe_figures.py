@@ -26,7 +26,7 @@ from latentlens.figures import (
     structure_scores,
     tracked_heatmap,
 )
-from latentlens.report import Section, write_report
+from latentlens.reports.report import Section, write_report
 
 
 def fake_results(layers: int = 2, heads: int = 3) -> dict:

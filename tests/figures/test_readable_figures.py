@@ -22,7 +22,7 @@ from latentlens.figures import (
 from latentlens.figures.axes import R2_FLOOR, wrap_label
 from latentlens.figures.probes import cell_text, label_marks, robust_view
 from latentlens.figures.run_figures import seed_groups
-from latentlens.report import Section, write_report
+from latentlens.reports.report import Section, write_report
 from tests.figures.test_probe_figures import fake_results
 
 

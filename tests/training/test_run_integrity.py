@@ -299,7 +299,7 @@ def test_a_read_only_file_system_and_unexpected_errors_are_one_line(
         code, err = cli(train_flags(tmp_path / "ro"), capsys)
     assert code == 2 and "cannot be created (Read-only file system)" in err
 
-    import latentlens.cli_training as cli_training
+    import latentlens.cli.training as cli_training
 
     def broken(args):
         raise RuntimeError("something nobody foresaw")

@@ -20,7 +20,7 @@ from latentlens.figures.probes import code_embedding, decoding_by_head, head_abl
 from latentlens.figures.save import save_figure
 from latentlens.probes.atlas import latent_atlas
 from latentlens.probes.relations import repeated_token_pairs
-from latentlens.report import Section, write_report
+from latentlens.reports.report import Section, write_report
 from latentlens.training.checkpoint import atomic_write_bytes
 
 

@@ -2,7 +2,8 @@
 
 Trains softmax, linear and HYLA attention on fuzzy logic at a small size, probes their
 latent codes (docs/methods/probes.md), draws the figures and writes ``report.md`` and
-a self-contained ``report.html`` saying what was run and what came out.
+``report.html`` saying what was run and what came out, with one copy of plotly.js
+(``plotly.min.js``) for the report and every interactive figure of its runs.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from latentlens.figures.run_figures import run_figures
 from latentlens.models.config import VARIANTS
 from latentlens.probes.run import probe_run
 from latentlens.progress import progress_bar
-from latentlens.report import Section, write_report
+from latentlens.reports.report import Section, write_report
 from latentlens.training import (
     RunDirectory,
     TrainConfig,

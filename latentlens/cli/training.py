@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from latentlens.cli_choices import (
+from latentlens.cli.choices import (
     CONNECTIONS,
     DEVICE_CHOICES,
     FUSE_CHOICES,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from latentlens.cli_choices import DEVICE_CHOICES
+from latentlens.cli.choices import DEVICE_CHOICES
 
 
 def add_atlas_parser(commands: argparse._SubParsersAction) -> None:
@@ -33,7 +33,7 @@ def add_atlas_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run_atlas_command(args: argparse.Namespace) -> int:
-    from latentlens.atlas_report import run_atlas  # noqa: PLC0415 (imports transformers)
+    from latentlens.reports.atlas import run_atlas  # noqa: PLC0415 (imports transformers)
 
     out = args.out or Path("runs/atlas") / Path(args.model.rstrip("/")).name
     results = run_atlas(

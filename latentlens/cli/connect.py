@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from latentlens.cli_choices import DEVICE_CHOICES
+from latentlens.cli.choices import DEVICE_CHOICES
 
 
 def add_connect_parser(commands: argparse._SubParsersAction) -> None:

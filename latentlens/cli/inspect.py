@@ -1,48 +1,15 @@
-"""The ``latentlens`` command: a thin layer over the Python API a notebook uses."""
+"""``latentlens inspect``: every attention variant of a task's default model, run once with a
+cache: parameter counts, hook shapes and a latent code."""
 
 from __future__ import annotations
 
 import argparse
-import os
-import sys
-from collections.abc import Sequence
 
 from latentlens import __version__
-from latentlens.cli_analysis import add_analysis_parsers
-from latentlens.cli_atlas import add_atlas_parser
-from latentlens.cli_choices import (
-    DEVICE_CHOICES,
-    MODEL_CHOICES,
-    TASK_ALIASES,
-    TASK_CHOICES,
-    VARIANT_NAMES,
-)
-from latentlens.cli_connect import add_connect_parser
-from latentlens.cli_sweep import add_sweep_parser
-from latentlens.cli_training import add_eval_parser, add_train_parser
-from latentlens.threads import ENVIRONMENT, MAX_THREADS, use_threads
+from latentlens.cli.choices import DEVICE_CHOICES, MODEL_CHOICES, TASK_CHOICES, VARIANT_NAMES
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="latentlens",
-        description="Mechanistic interpretability of attention latent codes: hooked models, "
-        "compositional tasks, probes and figures.",
-    )
-    parser.add_argument("--version", action="version", version=f"latentlens {__version__}")
-    parser.add_argument(
-        "--debug", action="store_true", help="show the Python traceback of an unexpected error"
-    )
-    parser.add_argument(
-        "--threads",
-        type=int,
-        help=f"CPU threads (default: ${ENVIRONMENT}, else the CPUs this process may use, one "
-        "for tiny models). A new training run records its count in config.json and computes "
-        "with it again on resume, since another count rounds differently; commands that only "
-        "read (probe, inspect) also leave out CPUs busy with other work",
-    )
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-
+def add_inspect_parser(commands: argparse._SubParsersAction) -> None:
     inspect = commands.add_parser(
         "inspect",
         help="build the reference model of a task for every attention variant, run it once "
@@ -78,13 +45,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     inspect.add_argument("--seed", type=int, default=2024, help="seed (default: 2024)")
     inspect.set_defaults(handler=run_inspect)
-    add_train_parser(commands)
-    add_eval_parser(commands)
-    add_connect_parser(commands)
-    add_sweep_parser(commands)
-    add_analysis_parsers(commands)
-    add_atlas_parser(commands)
-    return parser
 
 
 DEFAULT_VARIANT = "softmax"  # TransformerConfig's default attention
@@ -141,54 +101,3 @@ def run_inspect(args: argparse.Namespace) -> int:
     values = ", ".join(f"{v:+.3f}" for v in code.tolist())
     print(f"\nlatent code of the last token attending to itself ({last_pattern}): [{values}]")
     return 0
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.command is None:
-        parser.print_help()
-        return 0
-    if getattr(args, "task", None) in TASK_ALIASES:
-        args.task = TASK_ALIASES[args.task]
-    try:
-        if args.threads is not None:
-            if not 1 <= args.threads <= MAX_THREADS:
-                raise ValueError(
-                    f"--threads {args.threads} is invalid: give an integer from 1 to {MAX_THREADS}"
-                )
-            os.environ[ENVIRONMENT] = str(args.threads)  # for this run and its workers
-        if args.command != "sweep":  # a sweep's runs get a core each, in their workers
-            use_threads()
-        return args.handler(args)
-    except ValueError as err:
-        print(f"latentlens {args.command}: error: {err}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt as err:
-        detail = f"; {err}" if str(err) else ""
-        print(f"latentlens {args.command}: interrupted{detail}", file=sys.stderr)
-        return 130  # the shell's code for a command stopped by Ctrl-C (SIGINT)
-    except BrokenPipeError:
-        # The reader went away (``latentlens inspect | head``): stop quietly, and point
-        # stdout at /dev/null so that Python's exit flush does not raise again.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 1
-    except OSError as err:  # the file system: full disk, read-only, permissions
-        if args.debug:
-            raise
-        where = f" ({err.filename})" if err.filename else ""
-        print(f"latentlens {args.command}: error: {err.strerror or err}{where}", file=sys.stderr)
-        return 1
-    except Exception as err:  # noqa: BLE001 - the last line of defence: one line, not a trace
-        if args.debug:
-            raise
-        print(
-            f"latentlens {args.command}: unexpected error: {type(err).__name__}: {err} "
-            "(run `latentlens --debug ...` for the traceback and report it)",
-            file=sys.stderr,
-        )
-        return 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

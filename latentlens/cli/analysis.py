@@ -6,7 +6,7 @@ import argparse
 import os
 from pathlib import Path
 
-from latentlens.cli_choices import DEVICE_CHOICES, EMBEDDINGS, MATPLOTLIB_FORMATS
+from latentlens.cli.choices import DEVICE_CHOICES, EMBEDDINGS, MATPLOTLIB_FORMATS
 
 # The parser is built from plain strings; the functions that run a command import the
 # library (torch, matplotlib, scikit-learn), so that --help answers at once.
@@ -59,7 +59,7 @@ def add_analysis_parsers(commands: argparse._SubParsersAction) -> None:
     demo = commands.add_parser(
         "demo",
         help="train softmax, linear and HYLA on fuzzy logic, probe, draw, write a report",
-        description="From nothing to report.md and a self-contained report.html: trains "
+        description="From nothing to report.md and report.html (opens offline): trains "
         "softmax, linear and HYLA attention on fuzzy logic at a small size (minutes on a "
         "2-core CPU), probes their latent codes and draws the figures.",
     )
@@ -258,7 +258,7 @@ def run_figures_command(args: argparse.Namespace) -> int:
 
 
 def run_demo_command(args: argparse.Namespace) -> int:
-    from latentlens.demo import run_demo
+    from latentlens.reports.demo import run_demo
 
     done = run_demo(
         args.out, args.size, args.steps, embedding=args.embedding, device=args.device,
