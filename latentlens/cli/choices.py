@@ -25,3 +25,4 @@ PRECISIONS = ("fp32", "tf32", "bf16")  # latentlens.training.PRECISIONS
 LOGGERS = ("tensorboard", "wandb")  # latentlens.training.loggers.LOGGERS
 MATPLOTLIB_FORMATS = ("png", "svg", "pdf", "html")  # latentlens.figures.save
 EMBEDDINGS = ("pca", "umap")  # latentlens.probes.structure.EMBEDDINGS
+MAX_CELLS = 10_000  # latentlens.sweep.spec.MAX_CELLS

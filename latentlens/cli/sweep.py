@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from latentlens.cli.choices import DEVICE_CHOICES
+from latentlens.cli.choices import DEVICE_CHOICES, MAX_CELLS
 
 
 def add_sweep_parser(commands: argparse._SubParsersAction) -> None:
@@ -32,6 +32,12 @@ def add_sweep_parser(commands: argparse._SubParsersAction) -> None:
         "(one task; pays on a GPU)",
     )
     sweep.add_argument(
+        "--max-cells",
+        type=int,
+        default=MAX_CELLS,
+        help="refuse a grid of more cells than this (default: %(default)s)",
+    )
+    sweep.add_argument(
         "--status", type=Path, metavar="SWEEP_DIR", help="print a sweep's cells and exit"
     )
     sweep.set_defaults(handler=run_sweep_command)
@@ -47,6 +53,8 @@ def run_sweep_command(args: argparse.Namespace) -> int:
         raise ValueError("give a sweep spec file, or --status SWEEP_DIR")
     spec = SweepSpec.read(args.spec)
     out = args.out or Path("runs") / f"sweep-{args.spec.stem}"
-    states = run_sweep(spec, out, args.address, args.device, args.num_cpus, args.seeds)
+    states = run_sweep(
+        spec, out, args.address, args.device, args.num_cpus, args.seeds, args.max_cells
+    )
     print("\n".join(status_lines(out)))
     return 1 if any(s["state"] == "failed" for s in states.values()) else 0

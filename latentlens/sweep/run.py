@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from latentlens.sweep.spec import Cell, SweepSpec
+from latentlens.sweep.spec import MAX_CELLS, Cell, SweepSpec
 from latentlens.training.checkpoint import atomic_write_bytes
 
 STATUS_FILE = "sweep.json"
@@ -173,13 +173,16 @@ def run_sweep(
     device: str = "cpu",
     num_cpus: int | None = None,
     group_seeds: bool = False,
+    max_cells: int = MAX_CELLS,
 ) -> dict[str, dict[str, Any]]:
     """Run every cell of ``spec`` into ``out``; returns the cells' final states. With
     ``group_seeds``, cells that differ only in ``train.seed`` train as one vmapped seed
-    group (one task), which pays on a GPU."""
+    group (one task), which pays on a GPU. A grid over ``max_cells`` is refused."""
+    if num_cpus is not None and (isinstance(num_cpus, bool) or num_cpus < 1):
+        raise ValueError(f"num_cpus={num_cpus} is invalid: Ray needs at least 1 CPU to run a cell")
     ray = require_ray()
     out = Path(out)
-    cells = spec.cells()  # every config resolved before anything starts
+    cells = spec.cells(max_cells)  # every config resolved before anything starts
     states: dict[str, dict[str, Any]] = {}
     pending: list[Cell] = []
     for cell in cells:

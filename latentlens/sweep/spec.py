@@ -20,11 +20,27 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 SECTIONS = ("model", "task", "train")
+# A grid larger than this is refused unless the caller raises the limit: 10^6 cells filled
+# 4 GB before the first one trained, and a grid that big is almost always a typo.
+MAX_CELLS = 10_000
+# What a cell's name may hold: it is one folder inside the sweep's --out
+NAME_CHARACTERS = re.compile(r"[^A-Za-z0-9._=,+-]")
+
+
+def cell_name(values: dict[str, Any]) -> str:
+    """``attention=hyla,seed=0``: each axis's field and value, as one safe folder name
+    (characters other than letters, digits and ``._=,+-`` become ``_``; a name of dots
+    alone cannot be one)."""
+    name = ",".join(f"{axis.partition('.')[2]}={value}" for axis, value in values.items())
+    name = NAME_CHARACTERS.sub("_", name)
+    return name if name.strip(".") else name.replace(".", "_")
 
 
 @dataclass(frozen=True)
@@ -92,9 +108,19 @@ class SweepSpec:
                    {s: dict(base.get(s) or {}) for s in SECTIONS},
                    {str(k): list(v) for k, v in axes.items()})  # fmt: skip
 
-    def cells(self) -> list[Cell]:
+    def size(self) -> int:
+        """The number of cells, counted without building them."""
+        return math.prod(len(values) for values in self.axes.values())
+
+    def cells(self, max_cells: int = MAX_CELLS) -> list[Cell]:
         """Every combination of the axes, in the order the axes are given, resolved (so a
-        bad value fails here, before anything trains)."""
+        bad value fails here, before anything trains); more than ``max_cells`` is refused
+        before any is built, and so are two cells whose names coincide once made safe."""
+        if self.size() > max_cells:
+            raise ValueError(
+                f"the sweep's grid has {self.size():,} cells, more than {max_cells:,}: shorten "
+                "its axes, or raise the limit with --max-cells"
+            )
         from latentlens.tasks import TASK_ALIASES
         from latentlens.training import TrainConfig, Trainer, model_for_task
 
@@ -114,6 +140,11 @@ class SweepSpec:
                 TrainConfig.for_task(task, self.model, **{"threads": 1, **sections["train"]}),
                 task_config,
             )
-            name = ",".join(f"{axis.partition('.')[2]}={value}" for axis, value in values.items())
+            name = cell_name(values)
+            if any(cell.name == name for cell in cells):
+                raise ValueError(
+                    f"two cells of the sweep would share the folder {name!r} (values that "
+                    "differ only in characters a folder name cannot hold): rename the values"
+                )
             cells.append(Cell(name, values, config))
         return cells

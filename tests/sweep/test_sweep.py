@@ -201,3 +201,29 @@ def test_seeds_of_a_cell_train_as_one_seed_group(tmp_path, capsys) -> None:
         assert [r["step"] for r in ours] == [r["step"] for r in theirs]
         for mine, other in zip(ours, theirs, strict=True):
             assert mine["loss"] == pytest.approx(other["loss"], rel=rel, abs=1e-7)
+
+
+def test_a_huge_grid_is_refused_at_once_with_its_size(tmp_path, capsys) -> None:
+    """A 10^6-cell grid filled 4 GB before printing anything; now it is refused before a
+    single cell is built, and --max-cells raises the limit."""
+    axes = {"train.seed": list(range(100)), "train.lr": [1e-3] * 100, "model.d_model": [8] * 100}
+    spec = write_spec(tmp_path / "spec.json", axes)
+    start = time.perf_counter()
+    assert main(["sweep", str(spec), "--out", str(tmp_path / "s")]) == 2
+    assert time.perf_counter() - start < 5
+    err = capsys.readouterr().err
+    assert "grid has 1,000,000 cells, more than 10,000" in err and "--max-cells" in err
+    assert not (tmp_path / "s").exists()
+    assert main(["sweep", str(spec), "--num-cpus", "0", "--max-cells", "2000000"]) == 2
+    assert "num_cpus=0 is invalid" in capsys.readouterr().err
+
+
+def test_cell_names_stay_inside_the_sweep_folder() -> None:
+    from latentlens.sweep.spec import cell_name
+
+    escaped = cell_name({"train.track": ["blocks.0/../../../etc/hook_pattern"]})
+    assert "/" not in escaped and escaped != ".."
+    assert cell_name({"model.attention": "hyla", "train.seed": 0}) == "attention=hyla,seed=0"
+    spec = SweepSpec.from_dict({"task": "fuzzy-logic", "axes": {"train.track": [["a/b"], ["a_b"]]}})
+    with pytest.raises(ValueError, match="would share the folder"):
+        spec.cells()
