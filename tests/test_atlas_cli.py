@@ -34,7 +34,10 @@ def test_atlas_writes_its_report(folder, tmp_path) -> None:
     assert results["pairs"] == {"id": 400, "ood": 200}
     assert len(results["ablation"]) == 8
     page = (out / "report.html").read_text()
-    assert page.count("<img src='data:image/png;base64,") == 4  # the four figures
+    # four figures, each once: three static, the embedding interactive in its place
+    assert page.count("<img src='data:image/png;base64,") == 3
+    assert page.count("Plotly.newPlot") == 1 and "relation (interactive:" in page
+    assert "Moving model to device" not in done.stdout  # no stray library prints
     markdown = (out / "report.md").read_text()
     for figure in ("decoding_by_head", "relation_weights", "code_embedding", "head_ablation"):
         assert f"figures/{figure}.png" in markdown

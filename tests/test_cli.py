@@ -214,7 +214,7 @@ def test_a_schedule_longer_than_the_run_is_named_before_it_starts(tmp_path, caps
     err = capsys.readouterr().err
     assert "warning: warmup_steps=100 is not shorter than steps=4" in err
     assert "warning: eval_every=8 is not shorter than steps=4" in err
-    assert main([*flags[:5], "--warmup-steps", "1", "--eval-every", "2", "--device", "cpu",
+    assert main([*flags[:7], "--warmup-steps", "1", "--eval-every", "2", "--device", "cpu",
                  "--quiet", "--run-dir", str(tmp_path / "ok")]) == 0  # fmt: skip
     assert "warning" not in capsys.readouterr().err
 

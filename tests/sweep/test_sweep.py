@@ -66,9 +66,10 @@ def start_one_cell_sweep(tmp_path: Path, steps: int) -> tuple[subprocess.Popen, 
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )  # fmt: skip
     cell = out / "seed=0"
-    deadline = time.time() + 120
+    deadline = time.time() + 300  # Ray's start on a loaded 2-core machine took over 120 s
     while not list_checkpoints(cell / "checkpoints") and time.time() < deadline:
         time.sleep(0.05)
+    assert list_checkpoints(cell / "checkpoints"), "the cell wrote no checkpoint in 300 s"
     return sweep, cell
 
 
@@ -102,8 +103,10 @@ def test_a_sweep_on_local_ray_runs_skips_and_reports(tmp_path, capsys) -> None:
     # progress while it runs, the metrics once, in the closing table under its headline:
     # fuzzy logic's held-out combinations (the paper's OOD), not the never-seen terms
     row = next(line for line in printed.splitlines() if line.startswith("attention=hyla,seed=1 "))
-    assert re.search(r"done\s+20\s+test r2 -?\d\.\d{3} ± \d\.\d{3}$", row), row
-    assert sum("attention=hyla,seed=1" in line for line in printed.splitlines()) == 2
+    assert re.search(r"done\s+20\s+test r2 -?\d+\.\d{3}$", row), row
+    lines = printed.splitlines()
+    assert sum("attention=hyla,seed=1" in line and "r2" in line for line in lines) == 1
+    assert "[" in next(line for line in lines if line.endswith("attention=hyla,seed=1: done"))
     for name in ("attention=softmax,seed=0", "attention=hyla,seed=1"):
         records = RunDirectory(out / name).read_metrics()
         assert records[-1]["step"] == 20
