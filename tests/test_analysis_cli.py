@@ -35,6 +35,11 @@ def test_demo_at_tiny_size_writes_runs_figures_and_reports(tmp_path: Path, capsy
         results = json.loads((out / variant / "probes" / "results.json").read_text())
         assert results["attention"] == variant and results["step"] == 10
         assert {"decoding", "clustering", "topography", "embedding", "ablation"} <= set(results)
+        # a layer whose codes are constant is named, and not patched
+        constant = {int(note["where"].rsplit("layer ", 1)[1]) for note in results["health"]
+                    if note["kind"] == "constant_codes"}  # fmt: skip
+        patched = {row["layer"] for row in results["patching"]}
+        assert patched == {0, 1} - constant  # the tiny model's two layers
         # No empty panel: codes that do not vary are said to, not drawn as one dot.
         embedding = results["embedding"]
         assert "note" in embedding or max(embedding["x"]) - min(embedding["x"]) > 1e-6
