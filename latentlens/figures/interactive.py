@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import plotly.graph_objects as go
 
-from latentlens.figures.axes import log_scaled, metric_label, metric_range, padded
+from latentlens.figures.axes import default_ylim, log_scaled, metric_label, metric_range, padded
 from latentlens.figures.probes import label_marks, legend_order, robust_view
 from latentlens.figures.training import (
     RunOrSeeds,
@@ -119,7 +119,9 @@ def metric_curves_plotly(
         xaxis_title="training step",
         template="plotly_white",
     )
-    figure.update_layout(_y_axis(metrics[0]))
+    lowest = {name: min(r[name] for seeds in loaded.values() for run in seeds for r in run)
+              for name in metrics}  # fmt: skip
+    figure.update_layout(_y_axis(metrics[0], lowest[metrics[0]]))
     if len(metrics) > 1:
         buttons = [
             {
@@ -127,7 +129,7 @@ def metric_curves_plotly(
                 "method": "update",
                 "args": [
                     {"visible": [i in shown for i in range(len(figure.data))]},
-                    _y_axis(name),
+                    _y_axis(name, lowest[name]),
                 ],
             }
             for name, shown in zip(metrics, shown_by_metric, strict=True)
@@ -138,11 +140,12 @@ def metric_curves_plotly(
     return figure
 
 
-def _y_axis(metric: str) -> dict[str, Any]:
+def _y_axis(metric: str, lowest: float) -> dict[str, Any]:
     """The y-axis layout of ``metric``'s curves (for ``update_layout`` and the menu): its
-    label, a log axis for a loss, the whole [0, 1] for an accuracy (as
-    :func:`~latentlens.figures.metric_curves`), else the range of the values."""
-    bounds = metric_range(metric)
+    label, a log axis for a loss, the whole [0, 1] for an accuracy, [-1, 1] for an R²
+    whose ``lowest`` value lies below -1 (as :func:`~latentlens.figures.metric_curves`;
+    zoom out for the rest), else the range of the values."""
+    bounds = metric_range(metric) or default_ylim(metric, lowest)
     return {
         "yaxis.title.text": metric_label(metric),
         "yaxis.type": "log" if log_scaled(metric) else "linear",

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import plotly.graph_objects as go
+import pytest
 
 from latentlens.figures import (
     code_embedding,
@@ -16,6 +17,7 @@ from latentlens.figures import (
     decoding_by_head,
     head_ablation,
     metric_curves,
+    metric_curves_plotly,
     save_plotly,
     structure_scores,
 )
@@ -114,8 +116,11 @@ def test_every_r2_axis_clips_an_untrained_start(tmp_path: Path) -> None:
     write_run(tmp_path / "r", [-30.0, 0.2, 0.5, 0.6], 0)
     ax = metric_curves({"r": tmp_path / "r"}).axes[0]
     assert ax.get_ylim() == (R2_FLOOR, 1.0)  # not -30: training is not a flat line
+    live = metric_curves_plotly({"r": tmp_path / "r"})
+    assert list(live.layout.yaxis.range) == pytest.approx([-1.06, 1.06])  # the same clip
     write_run(tmp_path / "good", [0.1, 0.2, 0.5, 0.6], 0)
     assert metric_curves({"g": tmp_path / "good"}).axes[0].get_ylim()[0] > -0.5
+    assert metric_curves_plotly({"g": tmp_path / "good"}).layout.yaxis.autorange is True
 
 
 def test_sweep_cells_of_one_config_get_one_short_label_that_wraps_between_words(

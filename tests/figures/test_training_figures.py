@@ -114,7 +114,8 @@ def test_an_accuracy_axis_spans_zero_to_one_and_other_metrics_their_values(
     assert plotly.layout.yaxis.autorange is False
     accuracy, r2 = (button.args[1] for button in plotly.layout.updatemenus[0].buttons)
     assert accuracy["yaxis.range"] == pytest.approx([-0.03, 1.03])
-    assert r2["yaxis.autorange"] is True and r2["yaxis.range"] is None
+    # R² from -3: clipped to [-1, 1] as in the static figure (zoom out for the rest)
+    assert r2["yaxis.autorange"] is False and r2["yaxis.range"] == pytest.approx([-1.06, 1.06])
 
 
 def test_split_titles_come_from_the_runs_task(tmp_path: Path) -> None:
