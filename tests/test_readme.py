@@ -72,6 +72,7 @@ def test_ci_runs_the_readme_quick_start_and_the_docs_repeat_it() -> None:
     block = re.search(r"## Quick start\n\n```bash\n(.*?)```", README.read_text(), flags=re.S)
     assert block and printed == block.group(1).strip()
     assert "torch==2.13.0" in printed.splitlines()[0]  # a CPU machine gets the CPU build
+    assert "pytest" in printed.splitlines()  # CI runs the tests from this block
     assert "readme_quick_start.py README.md" in (root / ".ci/run").read_text()
     guide = (root / "docs/getting-started.md").read_text()
     assert f"```bash\n{printed}\n```" in guide
