@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -195,3 +196,27 @@ def test_every_gpu_section_dry_runs_in_seed_groups(reproduce, tmp_path: Path, ca
     assert "| HYLA |" in text and "| 81.1 |" not in text  # fuzzy A1 prints 0.811
     for figure in ("sraven-main-codes-hyla", "fuzzy-logic-a1-curves", "hyperteacher-plus-r2"):
         assert (results.parent / "figures" / f"{figure}.png").stat().st_size > 1_000
+
+
+
+def test_a_run_resumes_with_the_thread_count_it_started_with(reproduce, tmp_path: Path) -> None:
+    # A seed group started by one invocation (a worker's share: 1 thread), resumed by another
+    # whose plan and share say 7 and 5: before, the resume called it "a different run".
+    from reproduction import fuzzy_logic_a1_section
+    from reproduction.runs import FOUND, TRAINED, Runtime, train_unit, units_of
+
+    def with_train(spec, **changes):
+        return replace(spec, config={**spec.config, "train": {**spec.config["train"], **changes}})
+
+    tiny = units_of(fuzzy_logic_a1_section.plan("tiny", 2, tmp_path / "a1"))[0]
+    unit = [with_train(spec, eval_every=5) for spec in tiny]  # a checkpoint every 5 steps
+    assert [fate for fate, _ in train_unit(unit, Runtime("cpu", 1))] == [TRAINED] * 2
+    for spec in unit:  # back to an earlier checkpoint: resumable, not finished
+        checkpoints = sorted((spec.path / "checkpoints").iterdir())
+        assert len(checkpoints) >= 2
+        checkpoints[-1].unlink()
+    planned = [with_train(spec, threads=7) for spec in unit]
+    assert [fate for fate, _ in train_unit(planned, Runtime("cpu", 5))] == [TRAINED] * 2
+    assert train_unit(planned, Runtime("cpu", 5)) == [(FOUND, None)] * 2
+    for spec in unit:
+        assert json.loads((spec.path / "config.json").read_text())["train"]["threads"] == 1

@@ -80,11 +80,15 @@ def _probed(spec: RunSpec) -> bool:
 
 def with_threads(spec: RunSpec, runtime: Runtime) -> RunSpec:
     """``spec`` computing with this invocation's threads per run, unless its run directory
-    already records a count (a run resumes with the count it started with)."""
+    already records a count: a run resumes with the count it started with, whatever this
+    invocation's share of the CPUs (another ``--jobs``, another machine), and a run that
+    predates the record (None) resumes as before."""
     directory = RunDirectory(spec.path)
     if directory.config_path.is_file():
-        return spec
-    train = {**spec.config["train"], "threads": runtime.threads}
+        threads = directory.read_config(("train",))["train"].get("threads")
+    else:
+        threads = runtime.threads
+    train = {**spec.config["train"], "threads": threads}
     return replace(spec, config={**spec.config, "train": train})
 
 
