@@ -198,7 +198,6 @@ def test_every_gpu_section_dry_runs_in_seed_groups(reproduce, tmp_path: Path, ca
         assert (results.parent / "figures" / f"{figure}.png").stat().st_size > 1_000
 
 
-
 def test_a_run_resumes_with_the_thread_count_it_started_with(reproduce, tmp_path: Path) -> None:
     # A seed group started by one invocation (a worker's share: 1 thread), resumed by another
     # whose plan and share say 7 and 5: before, the resume called it "a different run".
