@@ -6,7 +6,13 @@ import argparse
 import os
 from pathlib import Path
 
-from latentlens.cli.choices import DEVICE_CHOICES, EMBEDDINGS, MATPLOTLIB_FORMATS
+from latentlens.cli.choices import (
+    DEVICE_CHOICES,
+    EMBEDDINGS,
+    MATPLOTLIB_FORMATS,
+    RUN_HELP,
+    resolve_runs,
+)
 
 # The parser is built from plain strings; the functions that run a command import the
 # library (torch, matplotlib, scikit-learn), so that --help answers at once.
@@ -24,7 +30,7 @@ def add_analysis_parsers(commands: argparse._SubParsersAction) -> None:
         "print their main scores in one table, with mean ± std where the runs differ only "
         "in their seed.",
     )
-    probe.add_argument("run_dir", type=Path, nargs="+", metavar="RUN_DIR")
+    probe.add_argument("run_dir", type=Path, nargs="+", metavar="RUN_DIR", help=RUN_HELP)
     probe.add_argument("--examples", type=int, default=2048, help="examples per code set")
     probe.add_argument("--embedding", choices=EMBEDDINGS, default="pca")
     probe.add_argument("--checkpoint", type=int, help="step (default: the newest)")
@@ -42,7 +48,7 @@ def add_analysis_parsers(commands: argparse._SubParsersAction) -> None:
         "also their metric curves and, where probed, structure scores side by side, into "
         "--out.",
     )
-    figures.add_argument("run_dir", type=Path, nargs="+", metavar="RUN_DIR")
+    figures.add_argument("run_dir", type=Path, nargs="+", metavar="RUN_DIR", help=RUN_HELP)
     figures.add_argument(
         "--out",
         type=Path,
@@ -73,6 +79,7 @@ def add_analysis_parsers(commands: argparse._SubParsersAction) -> None:
 
 
 def run_probe(args: argparse.Namespace) -> int:
+    args.run_dir = resolve_runs(args.run_dir)
     from latentlens.probes.run import check_probe_run, probe_run
     from latentlens.training.run_dir import require_distinct, seeds_of_one_config
 
@@ -242,6 +249,7 @@ def ablation_summary(rows: list[dict]) -> str:
 
 
 def run_figures_command(args: argparse.Namespace) -> int:
+    args.run_dir = resolve_runs(args.run_dir)
     from latentlens.figures.run_figures import comparison_figures, run_figures
 
     formats = tuple(f.strip() for f in args.formats.split(",") if f.strip())

@@ -5,6 +5,8 @@ answer at once. Each set is the copy of one in the library (named beside it);
 
 from __future__ import annotations
 
+from pathlib import Path
+
 DEVICE_CHOICES = ("auto", "cpu", "cuda")  # latentlens.devices
 VARIANT_NAMES = (  # latentlens.models.VARIANTS
     "hyla", "hyla_mlp_linear", "hyla_mlp_linear_no_rms_head", "hyla_no_rms_head", "linear",
@@ -26,3 +28,14 @@ LOGGERS = ("tensorboard", "wandb")  # latentlens.training.loggers.LOGGERS
 MATPLOTLIB_FORMATS = ("png", "svg", "pdf", "html")  # latentlens.figures.save
 EMBEDDINGS = ("pca", "umap")  # latentlens.probes.structure.EMBEDDINGS
 MAX_CELLS = 10_000  # latentlens.sweep.spec.MAX_CELLS
+
+RUN_HELP = "a run directory, or zoo:NAME for a model of the zoo (`latentlens zoo` lists them)"
+
+
+def resolve_runs(runs: list[Path]) -> list[Path]:
+    """Each ``zoo:NAME`` among a command's run arguments as that zoo entry's run directory
+    (:func:`latentlens.zoo.resolve_run`), the others as given: resolved when the command
+    runs, so that parsing imports no torch."""
+    from latentlens.zoo import resolve_run
+
+    return [resolve_run(run) for run in runs]

@@ -16,6 +16,7 @@ from latentlens.cli.connect import add_connect_parser
 from latentlens.cli.inspect import add_inspect_parser
 from latentlens.cli.sweep import add_sweep_parser
 from latentlens.cli.training import add_eval_parser, add_train_parser
+from latentlens.cli.zoo import add_zoo_parser
 from latentlens.threads import ENVIRONMENT, MAX_THREADS, use_threads
 
 
@@ -46,6 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_sweep_parser(commands)
     add_analysis_parsers(commands)
     add_atlas_parser(commands)
+    add_zoo_parser(commands)
     return parser
 
 

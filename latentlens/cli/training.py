@@ -17,9 +17,11 @@ from latentlens.cli.choices import (
     LOGGERS,
     MODEL_CHOICES,
     PRECISIONS,
+    RUN_HELP,
     SUPPORTS,
     TASK_CHOICES,
     VARIANT_NAMES,
+    resolve_runs,
 )
 
 if TYPE_CHECKING:
@@ -104,8 +106,8 @@ def add_train_parser(commands: argparse._SubParsersAction) -> None:
     train.add_argument(
         "--init-from",
         metavar="RUN_DIR",
-        help="start from this run's newest weights (fine-tuning): same model kind and task; "
-        "the model may add a --connection the run did not have",
+        help="start from this run's newest weights (fine-tuning), or a zoo model's (zoo:NAME): "
+        "same model kind and task; the model may add a --connection the run did not have",
     )
     train.add_argument(
         "--config",
@@ -160,7 +162,7 @@ def add_eval_parser(commands: argparse._SubParsersAction) -> None:
         "several runs, a table each and, where the runs differ only in "
         "their seed, each split's mean ± std over them.",
     )
-    evaluate.add_argument("run_dir", type=Path, nargs="+", metavar="RUN_DIR")
+    evaluate.add_argument("run_dir", type=Path, nargs="+", metavar="RUN_DIR", help=RUN_HELP)
     evaluate.add_argument(
         "--split", action="append", help="split(s) to evaluate (default: the task's eval splits)"
     )
@@ -274,6 +276,9 @@ def run_train(args: argparse.Namespace) -> int:
     )
     from latentlens.training.distributed import shutdown_distributed
     from latentlens.training.loggers import experiment_loggers
+
+    if args.init_from:  # zoo:NAME too
+        args.init_from = str(resolve_runs([Path(args.init_from)])[0])
 
     runtime: dict[str, Any] = dict(
         device=args.device,
@@ -444,6 +449,7 @@ def check_resume_flags(args: argparse.Namespace, stored: dict[str, Any], run: st
 
 
 def run_eval(args: argparse.Namespace) -> int:
+    args.run_dir = resolve_runs(args.run_dir)
     from latentlens.training import RunDirectory, Trainer
     from latentlens.training.checkpoint import select_checkpoint
     from latentlens.training.run_dir import require_distinct, seeds_of_one_config

@@ -370,13 +370,26 @@ class Trainer:
         config = directory.read_config()
         _, path = select_checkpoint(directory.checkpoints, checkpoint)
         trainer = cls(directory, config, device=device, quiet=True)
-        trainer.restore(load_checkpoint(path))
+        # weights alone: the optimiser and RNG states serve training, and a data generator's
+        # state is the device's own (a CUDA run's is read on a CPU too)
+        trainer.restore_weights(load_checkpoint(path))
         trainer.model.eval()
         return trainer
 
-    def restore(self, checkpoint: Any) -> None:
+    def restore_weights(self, checkpoint: Any) -> None:
+        """The checkpoint's model weights and step."""
         try:
             self.model.load_state_dict(checkpoint.model)
+        except (RuntimeError, ValueError, KeyError) as err:
+            raise CheckpointError(
+                f"the checkpoint of step {checkpoint.step} does not fit this run's model ({err})"
+            ) from None
+        self.step = checkpoint.step
+
+    def restore(self, checkpoint: Any) -> None:
+        """The checkpoint's weights, optimiser and RNG states: training continues from it."""
+        self.restore_weights(checkpoint)
+        try:
             self.optimizer.load_state_dict(checkpoint.optimizer)
         except (RuntimeError, ValueError, KeyError) as err:
             raise CheckpointError(

@@ -1,0 +1,85 @@
+"""The model zoo: every shipped model loads, verifies and scores what its card says."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from latentlens import zoo
+from latentlens.cli.main import main
+from latentlens.training import Trainer
+
+NAMES = zoo.names()
+
+
+@pytest.fixture(autouse=True)
+def cache(tmp_path: Path, monkeypatch) -> Path:
+    """Run directories built under the test's own folder, never in the user's cache."""
+    monkeypatch.setenv(zoo.CACHE_ENVIRONMENT, str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def test_the_zoo_holds_table_a1s_fuzzy_logic_models() -> None:
+    assert NAMES == [
+        f"fuzzy-logic-a1/{variant}/s{seed}"
+        for variant in ("hyla", "linear", "softmax")
+        for seed in range(3)
+    ]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_model_scores_its_cards_metrics_on_the_fixed_evaluation_set(name: str) -> None:
+    card = zoo.card(name)
+    model, task = zoo.load(name, device="cpu")
+    assert model.cfg.attention == card["config"]["model"]["attention"]
+    assert task.config.frac_test == card["config"]["task"]["config"]["frac_test"]
+    trainer = Trainer.load(zoo.run_directory(name), device="cpu")
+    assert trainer.step == card["training"]["steps"] == 50_000
+    examples = card["evaluation"]["examples_per_split"]
+    for split, expected in card["evaluation"]["metrics"].items():
+        measured = trainer.evaluate(split, examples, errors=True)
+        # the same examples and weights in float32; only the order of the CPU's sums may
+        # differ with its thread count, which moves a 4,096-example mean by ~1e-7
+        assert measured == pytest.approx(expected, rel=1e-5, abs=1e-6), split
+
+
+def test_a_weights_file_that_does_not_match_its_card_is_refused(tmp_path, monkeypatch) -> None:
+    name = NAMES[0]
+    models = tmp_path / "models"
+    shutil.copytree(zoo.MODELS / name, models / name)
+    weights = models / name / zoo.WEIGHTS
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 1  # one bit of the last weight
+    weights.write_bytes(bytes(data))
+    monkeypatch.setattr(zoo, "MODELS", models)
+    with pytest.raises(ValueError, match="does not match the SHA-256 on its model card") as err:
+        zoo.load(name, device="cpu")
+    assert str(weights) in str(err.value) and "\n" not in str(err.value)
+
+
+def test_an_unknown_name_lists_the_zoo() -> None:
+    with pytest.raises(ValueError, match="no zoo model named 'fuzzy-logic-a1/hyla/s9'") as err:
+        zoo.load("zoo:fuzzy-logic-a1/hyla/s9")
+    assert NAMES[0] in str(err.value)
+
+
+def test_commands_take_zoo_names(cache: Path, capsys) -> None:
+    assert main(["zoo"]) == 0
+    listing = capsys.readouterr().out
+    assert all(name in listing for name in NAMES) and "paper: test_r2 0.811" in listing
+    assert main(["zoo", NAMES[0]]) == 0
+    assert json.loads(capsys.readouterr().out)["sha256"] == zoo.card(NAMES[0])["sha256"]
+    name = "fuzzy-logic-a1/hyla/s0"
+    assert main(["eval", f"zoo:{name}", "--examples", "128", "--device", "cpu"]) == 0
+    assert "checkpoint step 50000" in capsys.readouterr().out
+    # every command resolves zoo:NAME alike (cli.choices.resolve_runs); `probe` reads the
+    # same run directory (a minute: its head ablations score the 4,096-example set)
+    assert main(["figures", f"zoo:{name}", "--formats", "png"]) == 0
+    drawn = cache / "zoo" / name / "figures" / "metrics.png"
+    assert drawn.stat().st_size > 1_000  # written into the cache, never into the package
+    assert not (zoo.MODELS / name / "figures").exists()
+    assert main(["eval", "zoo:nope"]) == 2
+    assert "no zoo model named 'nope'" in capsys.readouterr().err
