@@ -23,7 +23,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import reproduce  # noqa: E402
-from reproduction.runs import TIMINGS, UNFINISHED, Runtime, finished, train_unit, units_of  # noqa: E402
+from reproduction.runs import (  # noqa: E402
+    TIMINGS,
+    TRAINED_ON,
+    UNFINISHED,
+    Runtime,
+    finished,
+    train_unit,
+    units_of,
+)
 
 
 def record_timings(out: Path, units, results) -> None:
@@ -41,6 +49,17 @@ def record_timings(out: Path, units, results) -> None:
                     total = round(timings.pop(f"{name} (partial)", 0.0) + seconds, 1)
                     timings[f"{name} (partial)" if fate == UNFINISHED else name] = total
         path.write_text(json.dumps(timings, indent=1, sort_keys=True) + "\n")
+
+
+def trained_on(device: str) -> str:
+    """The device, torch and date this invocation trains with, for the section's report."""
+    import datetime
+
+    import torch
+
+    name = torch.cuda.get_device_name() if device.startswith("cuda") else "CPU"
+    day = datetime.date.today().isoformat()
+    return f"{name}, torch {torch.__version__}, {day}, by benchmarks/gpu_sections.py"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -62,6 +81,8 @@ def main(argv: list[str] | None = None) -> int:
         left = deadline - time.time()
         print(f"{name}: {len(units)} groups at once, {left:.0f} s left", flush=True)
         runtime = Runtime(args.device, args.threads, deadline)
+        (args.out / name).mkdir(parents=True, exist_ok=True)
+        (args.out / name / TRAINED_ON).write_text(trained_on(args.device) + "\n")
         with multiprocessing.get_context("spawn").Pool(len(units)) as pool:
             results = pool.starmap(train_unit, [(unit, runtime) for unit in units])
         record_timings(args.out, units, results)

@@ -49,7 +49,13 @@ from reproduction import (  # noqa: E402
     sraven_section,
     translation_section,
 )
-from reproduction.runs import default_jobs, finished, train_all, units_of  # noqa: E402
+from reproduction.runs import (  # noqa: E402
+    TRAINED_ON,
+    default_jobs,
+    finished,
+    train_all,
+    units_of,
+)
 
 from latentlens import __version__  # noqa: E402
 
@@ -133,10 +139,12 @@ def main(argv: list[str] | None = None) -> int:
         text = modules[name].report(out / name, args.size, args.seeds, args.device, figures)
         own = [s for s in specs[name] if s.path.is_relative_to(out / name)]
         run_s = sum(timings.get(str(s.path.relative_to(out)), 0.0) for s in own)
+        trained_on = out / name / TRAINED_ON  # written by the trainer of another machine
+        where = f" Trained on {trained_on.read_text().strip()}." if trained_on.is_file() else ""
         sections.append(
             f"{text}\n\n*{name}: {len(own)} runs, {run_s / 60:.1f} minutes of training "
             f"summed over runs; analysis {(time.perf_counter() - section_start) / 60:.1f} "
-            "minutes.*"
+            f"minutes.{where}*"
         )
     wall = time.perf_counter() - start
     command = " ".join(["python benchmarks/reproduce.py", *(argv or sys.argv[1:])])

@@ -16,7 +16,7 @@ from latentlens import connect
 from latentlens.figures import routing_evolution, save_figure
 from latentlens.training import RunDirectory
 from reproduction import translation_section
-from reproduction.runs import RunSpec, mean_std
+from reproduction.runs import RunSpec, difference_interval, mean_std
 
 TITLE = "Layer connection in a pretrained translation model: four conditions"
 # fine-tuning settings shared by the four conditions, per size (the bases are the
@@ -54,7 +54,7 @@ def plan(size: str, seeds: int, out: Path) -> list[RunSpec]:
 def difference_cell(results: list[dict[str, Any]], condition: str, key: str, scale: float) -> str:
     ours = [scale * r[key] for r in results if r["condition"] == condition]
     base = [scale * r[key] for r in results if r["condition"] == "unmodified"]
-    diff, low, high = translation_section.difference_interval(ours, base)
+    diff, low, high = difference_interval(ours, base)
     return f"{diff:+.2f} [{low:+.2f}, {high:+.2f}]"
 
 

@@ -1,29 +1,35 @@
 """Fuzzy logic at paper Table A1's setting (T = 32 samples per sequence, 70% of the term
 combinations held out), sized for one GPU sitting: softmax, linear and HYLA with 3 seeds,
 every variant's seeds trained as one vmapped seed group; R² on the held-out combinations
-(the paper's OOD) beside Table A1, and on never-seen terms."""
+(the paper's OOD) beside Table A1, and on never-seen terms, with the 95% interval of each
+difference between variants; then the latent-code protocol of every run (the seed's probe:
+ridge from the last token's self-codes to the term bits, clustering, topographic similarity,
+head ablations), each with its control and error."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 from latentlens.figures import metric_curves, save_figure
 from latentlens.training import TrainConfig, Trainer, model_for_task
 from reproduction.fuzzy_logic_section import PAPER_TABLE_A1, VARIANTS, final_r2, task_config
-from reproduction.runs import RunSpec, mean_std
+from reproduction.runs import TIMINGS, RunSpec, difference_interval, mean_std
+from reproduction.sraven_section import read_probes
 
 TITLE = "Fuzzy logic at Table A1's setting"
 SEQ_LEN, FRAC_TEST = 32, 0.7
 SIZES: dict[str, dict[str, Any]] = {
     # the reference's model and 50,000 steps of batch 128
-    "gpu": dict(model={}, train=dict(eval_every=5_000, eval_examples=4_096)),
+    "gpu": dict(model={}, train=dict(eval_every=5_000, eval_examples=4_096),
+                probe_examples=2_048),
     "cpu": dict(model=dict(d_model=64, d_mlp=128),
                 train=dict(steps=2_000, lr=3e-3, warmup_steps=100, eval_every=500,
                            eval_examples=1_024)),
     "tiny": dict(model=dict(d_model=16, n_heads=4, qk_dim=8, v_dim=8, d_mlp=32),
                  train=dict(steps=20, batch_size=32, warmup_steps=5, eval_every=20,
-                            eval_examples=64)),
+                            eval_examples=64), probe_examples=64),
 }  # fmt: skip
 
 
@@ -42,6 +48,7 @@ def plan(size: str, seeds: int, out: Path) -> list[RunSpec]:
                 TrainConfig.for_task("fuzzy-logic", seed=seed, **chosen["train"]),
                 config,
             ),
+            chosen["probe_examples"],
             group=variant,
         )
         for variant in VARIANTS
@@ -68,8 +75,72 @@ def report(out: Path, size: str, seeds: int, device: str, figures: Path) -> str:
             f"| {label} | {mean_std([r['test'] for r in rows])} | "
             f"{PAPER_TABLE_A1[variant]:.3f} | {mean_std([r['ood'] for r in rows])} |"
         )
+    lines += difference_lines({v: [r["test"] for r in results[v]] for v in VARIANTS}, "test R²")
+    lines += latent_code_lines(out, seeds, SIZES[size]["probe_examples"], timings_of(out))
     curves = {label: out / f"{variant}-s0" for variant, label in VARIANTS.items()}
     save_figure(metric_curves(curves, metric="r2", ylim=(-1.0, 1.0)),
                 figures / "fuzzy-logic-a1-curves", ("png",))  # fmt: skip
     lines += ["", f"![R² over training, seed 0]({figures.name}/fuzzy-logic-a1-curves.png)"]
     return "\n".join(lines)
+
+
+PAIRS = (("hyla", "softmax"), ("hyla", "linear"), ("linear", "softmax"))
+
+
+def difference_lines(values: dict[str, list[float]], what: str) -> list[str]:
+    """Each pair's difference of means with its 95% Welch interval, over seeds."""
+    cells = []
+    for ours, base in PAIRS:
+        diff, low, high = difference_interval(values[ours], values[base])
+        cells.append(f"{VARIANTS[ours]} − {VARIANTS[base]} {diff:+.3f} [{low:+.3f}, {high:+.3f}]")
+    return ["", f"Differences in {what} (95% Welch interval over seeds): " + "; ".join(cells) + "."]
+
+
+def timings_of(out: Path) -> dict[str, float]:
+    path = out.parent / TIMINGS
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def latent_code_lines(out: Path, seeds: int, examples: int, timings: dict[str, float]) -> list[str]:
+    """Every run's latent-code protocol (latentlens.probes.run), one row per run, then each
+    variant's means and the differences of the decoding R²."""
+    lines = [
+        "",
+        f"Latent codes of every run (`latentlens probe`, {examples:,} held-out-combination "
+        "examples): decoding = ridge R² of the term bits from the last token's self-codes "
+        "a(·, T, T) of every layer and head, scored on the held-out half (± its standard "
+        "error), beside the same decoder fit on shuffled labels (chance is 0); k-means ARI "
+        "of the codes against the term combination (0 = chance); topographic ρ between code "
+        "distances and term-bit distances with its permutation p; the largest change of test "
+        "R² when one head is zero-ablated (± its standard error), and how many of the 16 "
+        "heads change it by more than two standard errors.",
+        "",
+        "| run | test R² | decoding R² | shuffled | k-means ARI | topographic ρ (p) | "
+        "largest head ablation | heads > 2 s.e. | training s |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    decoding: dict[str, list[float]] = {v: [] for v in VARIANTS}
+    for variant, label in VARIANTS.items():
+        for seed in range(seeds):
+            run = out / f"{variant}-s{seed}"
+            if not (run / "probes" / "results.json").is_file():
+                return lines[:1] + [f"(no latent-code results: {run} is not probed)"]
+            probes = read_probes(run)
+            whole = probes["decoding"][0]  # every layer and head together
+            decoding[variant].append(whole["test"])
+            ablation = probes["ablation"]
+            largest = min(ablation, key=lambda row: row["change"])
+            beyond = sum(abs(r["change"]) > 2 * r["standard_error"] for r in ablation)
+            topography = probes["topography"]
+            seconds = timings.get(f"{out.name}/{run.name}")
+            lines.append(
+                f"| {label} s{seed} | {final_r2(run)['test']:.3f} | "
+                f"{whole['test']:.3f} ± {whole['test_se']:.3f} | {whole['shuffled']:.3f} | "
+                f"{probes['clustering']['kmeans']['ari']:.3f} | "
+                f"{topography['rho']:.3f} ({topography['p_value']:.3f}) | "
+                f"{largest['change']:+.3f} ± {largest['standard_error']:.3f} "
+                f"(L{largest['layer']}H{largest['head']}) | {beyond} | "
+                f"{'n/a' if seconds is None else f'{seconds:.0f}'} |"
+            )
+    lines += difference_lines(decoding, "decoding R²")
+    return lines

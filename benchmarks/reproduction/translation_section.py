@@ -6,17 +6,15 @@ intervals), and where the fuse weights end up. The runs are those of
 
 from __future__ import annotations
 
-import math
 import statistics
 from pathlib import Path
 from typing import Any
 
 import fusion_gca
-import scipy.stats
 
 from latentlens.figures import fuse_weight_curves, save_figure
 from latentlens.tasks import make_task
-from reproduction.runs import RunSpec, mean_std
+from reproduction.runs import RunSpec, difference_interval, mean_std
 
 TITLE = "Translation: FUSION on a CoGnition-hard benchmark"
 SIZES: dict[str, dict[str, Any]] = {
@@ -53,21 +51,6 @@ def plan(size: str, seeds: int, out: Path) -> list[RunSpec]:
         for system in SYSTEMS
         for seed in range(seeds)
     ]
-
-
-def difference_interval(ours: list[float], base: list[float]) -> tuple[float, float, float]:
-    """Mean difference ``ours - base`` and its 95% Welch confidence interval (``nan`` bounds
-    with fewer than 2 values on a side)."""
-    difference = statistics.mean(ours) - statistics.mean(base)
-    if len(ours) < 2 or len(base) < 2:
-        return difference, math.nan, math.nan
-    va, vb = statistics.variance(ours) / len(ours), statistics.variance(base) / len(base)
-    se = math.sqrt(va + vb)
-    if se == 0:
-        return difference, difference, difference
-    df = (va + vb) ** 2 / (va**2 / (len(ours) - 1) + vb**2 / (len(base) - 1))
-    half = float(scipy.stats.t.ppf(0.975, df)) * se
-    return difference, difference - half, difference + half
 
 
 def delta_cell(quality: dict[str, list[dict[str, float]]], system: str, key: str) -> str:
