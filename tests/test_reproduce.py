@@ -194,6 +194,9 @@ def test_every_gpu_section_dry_runs_in_seed_groups(reproduce, tmp_path: Path, ca
                 json.loads((spec.path / "config.json").read_text())["train"] == spec.config["train"]
             )
     assert "| HYLA |" in text and "| 81.1 |" not in text  # fuzzy A1 prints 0.811
+    # fuzzy A1's runs are probed: a latent-code row per run, differences with intervals
+    assert table_row(text, "HYLA s1").count("|") == 10
+    assert "Differences in decoding R² (95% Welch interval over seeds): HYLA − softmax" in text
     for figure in ("sraven-main-codes-hyla", "fuzzy-logic-a1-curves", "hyperteacher-plus-r2"):
         assert (results.parent / "figures" / f"{figure}.png").stat().st_size > 1_000
 
@@ -219,3 +222,21 @@ def test_a_run_resumes_with_the_thread_count_it_started_with(reproduce, tmp_path
     assert train_unit(planned, Runtime("cpu", 5)) == [(FOUND, None)] * 2
     for spec in unit:
         assert json.loads((spec.path / "config.json").read_text())["train"]["threads"] == 1
+
+
+def test_gpu_sections_trains_every_group_at_once_and_names_the_machine(
+    reproduce, tmp_path: Path
+) -> None:
+    spec = importlib.util.spec_from_file_location("gpu_sections", SCRIPT.parent / "gpu_sections.py")
+    gpu_sections = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gpu_sections)
+    out = tmp_path / "runs"
+    args = ["--out", str(out), "--size", "tiny", "--seeds", "2", "--device", "cpu",
+            "--threads", "1", "fuzzy-logic-a1"]  # fmt: skip
+    assert gpu_sections.main([*args, "--time-budget", "1"]) == 3  # too little: none started
+    assert gpu_sections.main([*args, "--time-budget", "600"]) == 0
+    timings = json.loads((out / "timings.json").read_text())
+    assert sorted(timings) == [f"fuzzy-logic-a1/{v}-s{s}" for v in ("hyla", "linear", "softmax")
+                               for s in (0, 1)]  # fmt: skip
+    text = (out / "results-fuzzy-logic-a1" / "RESULTS.md").read_text()
+    assert "Trained on CPU, torch " in text and "by benchmarks/gpu_sections.py" in text
