@@ -21,25 +21,31 @@ def latentlens(*args: str) -> subprocess.CompletedProcess:
     )
 
 
-def test_demo_at_tiny_size_writes_runs_figures_and_reports(tmp_path: Path, capsys) -> None:
+def test_demo_at_tiny_size_writes_runs_figures_and_reports(
+    tmp_path: Path, capsys, monkeypatch
+) -> None:
     out = tmp_path / "demo"
+    monkeypatch.setenv("LATENTLENS_CACHE", str(tmp_path / "cache"))  # here and in the command
     done = latentlens("demo", "--size", "tiny", "--steps", "10", "--out", str(out), "--quiet")
     assert done.returncode == 0, done.stderr[-3000:]
     assert "report.html" in done.stdout
-    # the headline table on stdout: a header and a row per variant with R² ± its error
+    # the headline table on stdout: a header, the zoo's three converged models and the
+    # HYLA trained live, each with R² ± its error
     table = done.stdout.splitlines()
-    assert table[0].split()[:3] == ["attention", "test", "R²"]
-    assert [line.split()[0] for line in table[1:4]] == ["softmax", "linear", "HYLA"]
-    assert re.search(r"^HYLA\s+-?\d+\.\d{3} ± \d\.\d{3}", table[3])
-    for variant in ("softmax", "linear", "hyla"):
-        results = json.loads((out / variant / "probes" / "results.json").read_text())
-        assert results["attention"] == variant and results["step"] == 10
+    assert table[0].split()[:3] == ["model", "test", "R²"]
+    labels = ["softmax attention (zoo)", "linear attention (zoo)", "HYLA (zoo)", "HYLA (live)"]
+    assert [line[: len(label)] for line, label in zip(table[1:5], labels, strict=True)] == labels
+    assert re.search(r"^HYLA \(zoo\)\s+0\.\d{3} ± \d\.\d{3}", table[3])
+    runs = {out / "zoo" / v: 50_000 for v in ("softmax", "linear", "hyla")} | {out / "hyla": 10}
+    for run, step in runs.items():
+        results = json.loads((run / "probes" / "results.json").read_text())
+        assert results["attention"] == run.name and results["step"] == step
         assert {"decoding", "clustering", "topography", "embedding", "ablation"} <= set(results)
         # a layer whose codes are constant is named, and not patched
         constant = {int(note["where"].rsplit("layer ", 1)[1]) for note in results["health"]
                     if note["kind"] == "constant_codes"}  # fmt: skip
         patched = {row["layer"] for row in results["patching"]}
-        assert patched == {0, 1} - constant  # the tiny model's two layers
+        assert patched == {0, 1} - constant  # two layers, tiny and zoo alike
         # No empty panel: codes that do not vary are said to, not drawn as one dot.
         embedding = results["embedding"]
         assert "note" in embedding or max(embedding["x"]) - min(embedding["x"]) > 1e-6
@@ -50,24 +56,46 @@ def test_demo_at_tiny_size_writes_runs_figures_and_reports(tmp_path: Path, capsy
         )
         for name in ("metrics.png", "decoding_by_head.svg", "code_embedding.html",
                      "code_embedding_interactive.html", "head_ablation.png"):  # fmt: skip
-            assert (out / variant / "figures" / name).is_file(), name
+            assert (run / "figures" / name).is_file(), name
+    # the zoo's models are probed on the first examples of their fixed evaluation set
+    zoo_test = json.loads((out / "zoo" / "hyla" / "probes" / "results.json").read_text())
+    assert zoo_test["evaluation_examples"] == SIZES["tiny"].zoo_examples
+    assert not (tmp_path / "cache" / "zoo" / "fuzzy-logic-a1" / "hyla" / "s0" / "probes").exists()
     report = (out / "report.md").read_text()
-    assert "## What was run" in report and "| HYLA |" in report
+    assert "## What was run" in report and "From the zoo (converged, not trained here)" in report
+    assert "Trained live by this command: HYLA (live)" in report
+    assert "## What the converged codes carry" in report and "## Trained live" in report
+    assert re.search(
+        r"\| HYLA \(zoo\) \| 0\.\d{3} ± \d\.\d{3} \| 0\.\d{3} ± \d\.\d{3} \| 0\.811 \|", report
+    )
     assert "official test R² at 50,000 steps" in report and "far from converged" in report
-    assert re.search(r"\| HYLA \| -?\d+\.\d{3} ± \d\.\d{3} \|", report)  # R² ± error
-    # tiny: 2 layers x 4 heads; noise alone puts 4.55% of them beyond two standard errors
-    assert "| heads that matter |" in report and "noise alone would put 0.4 of 8 heads" in report
-    assert re.search(r"\| [0-8] of 8 \|", report)
+    # noise alone puts 4.55% of the heads beyond two standard errors: 16 zoo, 8 tiny heads
+    assert "noise alone would put 0.7 of 16 heads" in report
+    assert "noise alone would put 0.4 of 8 heads" in report
+    assert re.search(r"\| [0-8] of 8 \|", report) and re.search(r"\| \d+ of 16 \|", report)
     assert (out / "report.html").stat().st_size > 100_000
     # A second demo keeps the finished runs (each run's files untouched) ...
     written = {path: path.stat().st_mtime_ns for path in out.rglob("*") if path.is_file()}
-    for variant in ("softmax", "linear", "hyla"):
-        train_variant(out / variant, variant, SIZES["tiny"], 10, "cpu", quiet=True, seed=2024)
+    train_variant(out / "hyla", "hyla", SIZES["tiny"], 10, "cpu", quiet=True, seed=2024)
     assert {path: path.stat().st_mtime_ns for path in written} == written
     # ... and refuses to mix a different one into them, changing nothing.
     argv = ["demo", "--size", "tiny", "--steps", "12", "--out", str(out), "--quiet"]
     assert main(argv) == 2 and "holds a different run" in capsys.readouterr().err
     assert {path: path.stat().st_mtime_ns for path in written} == written
+
+
+def test_the_demo_without_the_zoo_trains_every_variant_live(tmp_path: Path) -> None:
+    out = tmp_path / "demo"
+    argv = ["--size", "tiny", "--steps", "6", "--out", str(out), "--quiet", "--no-zoo"]
+    done = latentlens("demo", *argv)
+    assert done.returncode == 0, done.stderr[-3000:]
+    table = done.stdout.splitlines()
+    assert [line.split(" (")[0] for line in table[1:4]] == [
+        "softmax attention", "linear attention", "HYLA"
+    ]  # fmt: skip
+    assert not (out / "zoo").exists()
+    report = (out / "report.md").read_text()
+    assert "## What came out" in report and "From the zoo" not in report
 
 
 def test_probe_and_figures_commands_on_a_sraven_run(tmp_path: Path, capsys) -> None:

@@ -32,6 +32,12 @@ def add_analysis_parsers(commands: argparse._SubParsersAction) -> None:
     )
     probe.add_argument("run_dir", type=Path, nargs="+", metavar="RUN_DIR", help=RUN_HELP)
     probe.add_argument("--examples", type=int, default=2048, help="examples per code set")
+    probe.add_argument(
+        "--eval-examples",
+        type=int,
+        help="examples of the run's fixed evaluation set that the metrics and head ablations "
+        "read, its first ones (default: the run's eval_examples; fewer: a quicker look)",
+    )
     probe.add_argument("--embedding", choices=EMBEDDINGS, default="pca")
     probe.add_argument("--checkpoint", type=int, help="step (default: the newest)")
     probe.add_argument("--device", choices=DEVICE_CHOICES, default="auto")
@@ -64,16 +70,25 @@ def add_analysis_parsers(commands: argparse._SubParsersAction) -> None:
 
     demo = commands.add_parser(
         "demo",
-        help="train softmax, linear and HYLA on fuzzy logic, probe, draw, write a report",
-        description="From nothing to report.md and report.html (opens offline): trains "
-        "softmax, linear and HYLA attention on fuzzy logic at a small size (minutes on a "
-        "2-core CPU), probes their latent codes and draws the figures.",
+        help="probe converged softmax, linear and HYLA models from the zoo and one trained "
+        "live, draw, write a report",
+        description="From nothing to report.md and report.html (opens offline): probes the "
+        "latent codes of the zoo's converged softmax, linear and HYLA models (fuzzy logic at "
+        "the paper's Table A1 setting) beside the paper's numbers, trains one HYLA model live "
+        "at a small size to show the training path (minutes on a 2-core CPU), and draws the "
+        "figures.",
     )
     demo.add_argument("--out", type=Path, default=Path("runs/demo"), help="default: %(default)s")
     demo.add_argument("--size", choices=["small", "tiny"], default="small")
     demo.add_argument("--steps", type=int, help="training steps (default: the size's)")
     demo.add_argument("--embedding", choices=EMBEDDINGS, default="pca")
     demo.add_argument("--device", choices=DEVICE_CHOICES, default="auto")
+    demo.add_argument(
+        "--no-zoo",
+        action="store_true",
+        help="train softmax, linear and HYLA live instead of probing the zoo's converged "
+        "models beside one live HYLA",
+    )
     demo.add_argument("--quiet", action="store_true", help="no progress bars")
     demo.set_defaults(handler=run_demo_command)
 
@@ -85,6 +100,8 @@ def run_probe(args: argparse.Namespace) -> int:
 
     if args.examples < 4:
         raise ValueError(f"--examples={args.examples} is too few; use at least 4")
+    if args.eval_examples is not None and args.eval_examples < 1:
+        raise ValueError(f"--eval-examples={args.eval_examples} is invalid: use at least 1")
     runs: list[Path] = args.run_dir
     require_distinct(runs)
     for run in runs:  # every refusal before the first run's minutes of probing
@@ -92,7 +109,13 @@ def run_probe(args: argparse.Namespace) -> int:
     probed = {}
     for run in runs:
         probed[run] = probe_run(
-            run, args.examples, args.embedding, args.checkpoint, args.device, args.quiet
+            run,
+            args.examples,
+            args.embedding,
+            args.checkpoint,
+            args.device,
+            args.quiet,
+            args.eval_examples,
         )
         print_probe_results(run, probed[run])
     if len(runs) > 1:
@@ -270,7 +293,7 @@ def run_demo_command(args: argparse.Namespace) -> int:
 
     done = run_demo(
         args.out, args.size, args.steps, embedding=args.embedding, device=args.device,
-        quiet=args.quiet,
+        quiet=args.quiet, zoo=not args.no_zoo,
     )  # fmt: skip
     print(done.summary)
     print(f"report: {done.markdown}\n        {done.page} (opens offline; keep "

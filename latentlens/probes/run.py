@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -229,10 +230,17 @@ def probe_run(
     checkpoint: int | None = None,
     device: str = "auto",
     quiet: bool = False,
+    evaluation_examples: int | None = None,
 ) -> dict[str, Any]:
-    """Run the task's probes on a trained run and write ``probes/results.json``."""
+    """Run the task's probes on a trained run and write ``probes/results.json``.
+    ``evaluation_examples``: how much of the run's fixed evaluation set (its first examples)
+    the metrics and the head ablations read (default: the run's ``eval_examples``)."""
     protocol, stages = probe_protocol(RunDirectory(run_dir).read_config())
     trainer = Trainer.load(run_dir, checkpoint, device)
+    if evaluation_examples is not None:
+        if evaluation_examples < 1:
+            raise ValueError(f"evaluation_examples={evaluation_examples}: at least 1 is needed")
+        trainer.train_cfg = replace(trainer.train_cfg, eval_examples=evaluation_examples)
     bar = progress_bar(total=stages, desc=f"probe {Path(run_dir).name}", disable=quiet, leave=False)
 
     def step(stage: str) -> None:

@@ -1,14 +1,18 @@
 """``latentlens demo``: from nothing to a report, on a CPU, in minutes.
 
-Trains softmax, linear and HYLA attention on fuzzy logic at a small size, probes their
-latent codes (docs/methods/probes.md), draws the figures and writes ``report.md`` and
-``report.html`` saying what was run and what came out, with one copy of plotly.js
-(``plotly.min.js``) for the report and every interactive figure of its runs.
+Probes the latent codes (docs/methods/probes.md) of converged softmax, linear and HYLA
+models from the zoo (:mod:`latentlens.zoo`: Table A1's fuzzy logic, 50,000 steps) and of
+one model it trains live at a small size, to show the training path; draws the figures and
+writes ``report.md`` and ``report.html`` saying which models came from where and what their
+codes carry, beside the paper's numbers, with one copy of plotly.js (``plotly.min.js``) for
+the report and every interactive figure of its runs. Without the zoo (``zoo=False``), it
+trains all three variants live, as before the zoo existed.
 """
 
 from __future__ import annotations
 
 import platform
+import shutil
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -37,6 +41,8 @@ from latentlens.training import (
     list_checkpoints,
     model_for_task,
 )
+from latentlens.zoo import card as zoo_card
+from latentlens.zoo import run_directory as zoo_run_directory
 
 # The names the report and the figures use: the attention variants' paper names.
 VARIANT_NAMES = {v: VARIANTS[v].paper_name for v in ("softmax", "linear", "hyla")}
@@ -49,11 +55,13 @@ EMBEDDING_CAPTION = "2-D embedding of the last layer's codes"
 
 @dataclass(frozen=True)
 class DemoSize:
-    """Model and training sizes of a demo run."""
+    """Model and training sizes of a demo run; ``zoo_examples``: the examples the zoo's
+    models are probed on (codes, and the first ones of their evaluation sets)."""
 
     model: dict[str, Any]
     train: dict[str, Any]
     examples: int
+    zoo_examples: int
 
 
 SIZES = {
@@ -68,6 +76,8 @@ SIZES = {
         train=dict(steps=3_000, batch_size=128, lr=3e-3, warmup_steps=100, eval_every=250,
                    eval_examples=2_048),
         examples=2_048,
+        # about 25 s a zoo model on 2 cores; test R² then has a standard error near 0.05
+        zoo_examples=1_024,
     ),
     # seconds: for tests and a first look
     "tiny": DemoSize(
@@ -75,6 +85,7 @@ SIZES = {
         train=dict(steps=30, batch_size=32, lr=3e-3, warmup_steps=5, eval_every=15,
                    eval_examples=128),
         examples=256,
+        zoo_examples=256,  # two batches: a standard error
     ),
 }  # fmt: skip
 
@@ -181,14 +192,47 @@ class DemoOutput:
     summary: str
 
 
-def headline(results: dict[str, dict]) -> str:
-    """Per variant: test and ood R² (± standard error), decoding R² of the term bits beside
+# The zoo's models the demo probes: seed 0 of each variant at Table A1's setting.
+ZOO_GROUP = "fuzzy-logic-a1"
+
+
+@dataclass(frozen=True)
+class DemoRun:
+    """One model of the demo: trained live into ``path``, or the zoo's ``zoo_name`` copied
+    there."""
+
+    variant: str
+    path: Path
+    zoo_name: str | None = None
+
+    @property
+    def label(self) -> str:
+        return f"{VARIANT_NAMES[self.variant]} ({'zoo' if self.zoo_name else 'live'})"
+
+
+def copy_zoo_run(name: str, run: Path) -> None:
+    """The zoo model ``name``'s run directory (config, curve, checkpoint) copied to ``run``,
+    where the demo probes and draws it; a copy already there is kept when it is of the same
+    weights, and anything else there is refused."""
+    source = zoo_run_directory(name)
+    if RunDirectory(run).config_path.is_file():
+        stamp = run / ".zoo-sha256"  # the weights' checksum, as zoo.run_directory writes it
+        if stamp.is_file() and stamp.read_text() == (source / ".zoo-sha256").read_text():
+            return
+        raise ValueError(f"{run} holds a different run; choose another --out or delete it")
+    run.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(source, run, ignore=shutil.ignore_patterns("probes", "figures"))
+
+
+def headline(runs: Sequence[DemoRun], results: dict[Path, dict]) -> str:
+    """Per model: test and ood R² (± standard error), decoding R² of the term bits beside
     its shuffled-label control, the heads that matter; a plain-text table."""
-    rows = [("attention", "test R²", "ood R²", "decoding R²", "shuffled", "heads that matter")]
-    for variant, probe in results.items():
+    rows = [("model", "test R²", "ood R²", "decoding R²", "shuffled", "heads that matter")]
+    for run in runs:
+        probe = results[run.path]
         evaluation = probe["evaluation"]
         overall = next(r for r in probe["decoding"] if r["layer"] == "all")
-        rows.append((VARIANT_NAMES[variant], _with_error(evaluation["test"]),
+        rows.append((run.label, _with_error(evaluation["test"]),
                      _with_error(evaluation["ood"]), _as_text(_decoded(overall)),
                      f"{overall['shuffled']:.3f}",
                      _heads_that_matter(probe["ablation"])))  # fmt: skip
@@ -206,8 +250,11 @@ def run_demo(
     device: str = "auto",
     quiet: bool = False,
     seed: int = 2024,
+    zoo: bool = True,
 ) -> DemoOutput:
-    """Train, probe, draw and report; returns the report's paths and its headline table."""
+    """Probe the zoo's converged ``variants`` and train HYLA live (``zoo=False``: train
+    every one of ``variants`` live instead), draw and report; returns the report's paths
+    and its headline table."""
     if size not in SIZES:
         raise ValueError(f"size={size!r} is unknown; choose one of {sorted(SIZES)}")
     unknown = [v for v in variants if v not in VARIANT_NAMES]
@@ -219,56 +266,150 @@ def run_demo(
     root = Path(out)
     root.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
-    runs = {v: root / v for v in variants}
-    stages = progress_bar(total=3 * len(variants) + 1, desc="demo", disable=quiet)
-    results: dict[str, dict] = {}
+    converged = (
+        [DemoRun(v, root / "zoo" / v, f"{ZOO_GROUP}/{v}/s0") for v in variants] if zoo else []
+    )
+    live = [DemoRun(v, root / v) for v in (["hyla"] if zoo else variants)]
+    runs = [*converged, *live]
+    stages = progress_bar(total=3 * len(runs) + 1, desc="demo", disable=quiet)
+    results: dict[Path, dict] = {}
     with stages:
-        for variant, run in runs.items():
-            stages.set_postfix_str(f"train {variant}")
-            train_variant(run, variant, chosen, steps, device, quiet, seed)
+        for run in runs:
+            stages.set_postfix_str(f"{'copy' if run.zoo_name else 'train'} {run.label}")
+            if run.zoo_name:
+                copy_zoo_run(run.zoo_name, run.path)
+            else:
+                train_variant(run.path, run.variant, chosen, steps, device, quiet, seed)
             stages.update(1)
-        for variant, run in runs.items():
-            stages.set_postfix_str(f"probe {variant}")
-            results[variant] = probe_run(
-                run, chosen.examples, embedding, device=device, quiet=quiet
-            )
+        for run in runs:
+            stages.set_postfix_str(f"probe {run.label}")
+            examples = chosen.zoo_examples if run.zoo_name else chosen.examples
+            results[run.path] = probe_run(
+                run.path, examples, embedding, device=device, quiet=quiet,
+                evaluation_examples=chosen.zoo_examples if run.zoo_name else None,
+            )  # fmt: skip
             stages.update(1)
-        figures: dict[str, dict[str, Path]] = {}
-        for variant, run in runs.items():
-            stages.set_postfix_str(f"figures {variant}")
-            figures[variant] = run_figures(run, ("png", "svg", "html"), root / PLOTLY_JS)
+        figures: dict[Path, dict[str, Path]] = {}
+        for run in runs:
+            stages.set_postfix_str(f"figures {run.label}")
+            figures[run.path] = run_figures(run.path, ("png", "svg", "html"), root / PLOTLY_JS)
             stages.update(1)
         stages.set_postfix_str("report")
-        labels = {VARIANT_NAMES[v]: run for v, run in runs.items()}
-        curves = save_figure(metric_curves(labels, ylim=(-1.0, 1.0)), root / "figures" / "r2")[0]
-        named = {VARIANT_NAMES[v]: r for v, r in results.items()}
-        structure = save_figure(structure_scores(named), root / "figures" / "structure")[0]
+        drawn = {}
+        for name, group in (("zoo", converged), ("live", live)):
+            if group:
+                labels = {run.label: run.path for run in group}
+                curves = metric_curves(labels, ylim=(-1.0, 1.0))
+                named = {run.label: results[run.path] for run in group}
+                drawn[name] = (
+                    save_figure(curves, root / "figures" / f"r2_{name}")[0],
+                    save_figure(structure_scores(named), root / "figures" / f"structure_{name}")[0],
+                )
         wall = time.perf_counter() - start
+        command = "latentlens demo" + ("" if size == "small" else f" --size {size}")
+        command += (f" --steps {steps}" if steps else "") + ("" if zoo else " --no-zoo")
         paths = write_report(
             root, "latentlens demo: latent codes of softmax, linear and HYLA attention",
-            _sections(runs, results, figures, curves, structure, chosen, wall, size, steps),
+            _sections(runs, results, figures, drawn, wall, command),
             plotlyjs=root / PLOTLY_JS,
         )  # fmt: skip
         stages.update(1)
-    return DemoOutput(*paths, headline(results))
+    return DemoOutput(*paths, headline(runs, results))
 
 
-def _sections(runs, results, figures, curves, structure, size, wall, size_name, steps):  # noqa: PLR0913
-    first = next(iter(runs.values()))
-    config = RunDirectory(first).read_config()
-    model, train = config["model"], config["train"]
-    command = f"latentlens demo --size {size_name}" + (f" --steps {steps}" if steps else "")
+def _setting(run: DemoRun) -> str:
+    """The task and model of ``run``, from its config."""
+    config = RunDirectory(run.path).read_config()
+    task, model, train = config["task"]["config"], config["model"], config["train"]
+    return (
+        f"fuzzy logic with T={task['seq_len']} tokens and {task['frac_test']:.0%} of the term "
+        f"combinations held out; {model['n_layers']} layers, d_model {model['d_model']}, "
+        f"{model['n_heads']} heads, MLP {model['d_mlp']}; {train['steps']:,} steps of batch "
+        f"{train['batch_size']}, AdamW lr {train['lr']}, seed {train['seed']}"
+    )
+
+
+def _row(run: DemoRun, probe: dict, reference: tuple[str, float]) -> dict[str, Any]:
+    evaluation = probe["evaluation"]
+    overall = next(r for r in probe["decoding"] if r["layer"] == "all")
+    return {
+        "model": run.label,
+        "train R²": _with_error(evaluation["train"]),
+        "test R² (new combinations)": _with_error(evaluation["test"]),
+        reference[0]: reference[1],
+        "ood R² (new terms)": _with_error(evaluation["ood"]),
+        "decoding R² (held out)": _decoded(overall), "shuffled": overall["shuffled"],
+        "k-means ARI": _maybe(probe["clustering"]["kmeans"]["ari"]),
+        "topographic ρ": _maybe(probe["topography"]["rho"]),
+        "p": _maybe(probe["topography"]["p_value"]),
+        "heads that matter": _heads_that_matter(probe["ablation"]),
+    }  # fmt: skip
+
+
+def _outcome(title: str, group: list[DemoRun], results: dict[Path, dict], figures, intro):
+    """One group's table (zoo or live), its ranking, the notes and its two figures."""
+    probes = [results[run.path] for run in group]
+    scores = {run.label: (p["evaluation"]["test"]["r2"], p["evaluation"]["test"]["r2_se"])
+              for run, p in zip(group, probes, strict=True)}  # fmt: skip
+    n_heads = len(probes[0]["ablation"])
+    constant = [run.label for run, p in zip(group, probes, strict=True)
+                if p["topography"]["rho"] is None]  # fmt: skip
+    table = []
+    for run, probe in zip(group, probes, strict=True):
+        if run.zoo_name:
+            paper = zoo_card(run.zoo_name)["paper"]["test_r2"]
+            reference = ("paper test R² (Table A1, 3 seeds)", paper)
+        else:
+            reference = (
+                f"official test R² at {OFFICIAL_STEPS:,} steps",
+                OFFICIAL_TEST_R2[run.variant],
+            )
+        table.append(_row(run, probe, reference))
+    return Section(
+        title,
+        [
+            *intro,
+            ranking_sentence(scores),
+            "± is the standard error over the evaluation batches "
+            f"({probes[0]['evaluation_examples']:,} examples a split of each run's fixed "
+            "evaluation set); the head ablations are measured on the same test examples, so "
+            "their baseline is the table's test R². Decoding R² is to be read against the "
+            "shuffled-label control beside it (chance is 0). A head matters where zeroing its "
+            "output changes test R² by more than two standard errors; noise alone would put "
+            f"{n_heads * BEYOND_TWO_ERRORS:.1f} of {n_heads} heads there.",
+            *filter(None, [constant_code_note(constant)]),
+        ],
+        table=table,
+        figures=[(figures[0], "R² over training per split (y-axis clipped to [-1, 1])"),
+                 (figures[1], "clustering and topographic similarity of the latent codes")],
+    )  # fmt: skip
+
+
+def _sections(runs: list[DemoRun], results, figures, drawn, wall: float, command: str):
+    converged = [run for run in runs if run.zoo_name]
+    live = [run for run in runs if not run.zoo_name]
+    origin = []
+    if converged:
+        info = zoo_card(converged[0].zoo_name)["training"]
+        names = ", ".join(f"`{run.zoo_name}`" for run in converged)
+        origin.append(
+            f"From the zoo (converged, not trained here): {names}: {_setting(converged[0])}; "
+            f"trained on {info['machine']} on {info['date']}. Probed here on "
+            f"{results[converged[0].path]['examples']:,} examples."
+        )
+    origin.append(
+        f"Trained live by this command: {', '.join(run.label for run in live)}: "
+        f"{_setting(live[0])}."
+    )
     what = Section(
         "What was run",
         [
             f"Command: `{command}` (latentlens {__version__}, torch {torch.__version__}, "
             f"{platform.machine()} {platform.system()}, {torch.get_num_threads()} threads), "
             f"{wall / 60:.1f} minutes in all.",
-            f"Task: fuzzy logic (L=4 variables, K=2 terms, T=16 tokens; 'test' holds new "
-            f"combinations of seen terms, the paper's OOD split, and 'ood' never-seen terms). "
-            f"Model: {model['n_layers']} layers, d_model {model['d_model']}, {model['n_heads']} "
-            f"heads, MLP {model['d_mlp']}. Training: {train['steps']} steps of batch "
-            f"{train['batch_size']}, AdamW lr {train['lr']}, seed {train['seed']}.",
+            *origin,
+            "Task: fuzzy logic ('test' holds new combinations of seen terms, the paper's OOD "
+            "split, and 'ood' never-seen terms).",
             "Probes (docs/methods/probes.md): the latent code of the last token attending "
             "to itself, with a query input shared by all tasks, per layer and head; a ridge "
             "decoder of the 8 term bits fit on one half of the held-out-combination examples "
@@ -277,51 +418,23 @@ def _sections(runs, results, figures, curves, structure, size, wall, size_name, 
             "permutation p-value); zeroing each head's output.",
         ],
     )
-    table = []
-    for variant in runs:
-        probe = results[variant]
-        evaluation = probe["evaluation"]
-        overall = next(r for r in probe["decoding"] if r["layer"] == "all")
-        table.append({
-            "attention": VARIANT_NAMES[variant],
-            "train R²": _with_error(evaluation["train"]),
-            "test R² (new combinations)": _with_error(evaluation["test"]),
-            f"official test R² at {OFFICIAL_STEPS:,} steps": OFFICIAL_TEST_R2[variant],
-            "ood R² (new terms)": _with_error(evaluation["ood"]),
-            "decoding R² (held out)": _decoded(overall), "shuffled": overall["shuffled"],
-            "k-means ARI": _maybe(probe["clustering"]["kmeans"]["ari"]),
-            "topographic ρ": _maybe(probe["topography"]["rho"]),
-            "p": _maybe(probe["topography"]["p_value"]),
-            "heads that matter": _heads_that_matter(probe["ablation"]),
-        })  # fmt: skip
-    tests = {VARIANT_NAMES[v]: results[v]["evaluation"]["test"] for v in runs}
-    scores = {name: (test["r2"], test["r2_se"]) for name, test in tests.items()}
-    n_heads = len(next(iter(results.values()))["ablation"])
-    constant = [VARIANT_NAMES[v] for v in runs if results[v]["topography"]["rho"] is None]
-    examples = next(iter(results.values()))["evaluation_examples"]
-    outcome = Section(
-        "What came out",
-        [
-            ranking_sentence(scores),
-            f"These models are far from converged: {train['steps']:,} steps, against the "
-            f"{OFFICIAL_STEPS:,} at which the official code reaches the test R² in the table "
-            "(one seed each, docs/methods/numbers.md). ± is the standard error over the "
-            f"evaluation batches ({examples:,} examples a split, the run's fixed evaluation "
-            "set); the head ablations are measured on the same test examples, so their "
-            "baseline is the table's test R².",
-            "Decoding R² is to be read against the shuffled-label control beside it (chance "
-            "is 0). A head matters where zeroing its output changes test R² by more than two "
-            f"standard errors; noise alone would put {n_heads * BEYOND_TWO_ERRORS:.1f} of "
-            f"{n_heads} heads there.",
-            *filter(None, [constant_code_note(constant)]),
-        ],
-        table=table,
-        figures=[(curves, "R² over training per split (y-axis clipped to [-1, 1])"),
-                 (structure, "clustering and topographic similarity of the latent codes")],
-    )  # fmt: skip
-    per_variant = []
-    for variant in runs:
-        shown = figures[variant]
+    outcomes = []
+    if converged:
+        outcomes.append(_outcome(
+            "What the converged codes carry", converged, results, drawn["zoo"],
+            ["Converged models from the zoo, beside the paper's Table A1 at the same "
+             "setting (its numbers are means over 3 seeds; these are seed 0)."],
+        ))  # fmt: skip
+    steps = RunDirectory(live[0].path).read_config()["train"]["steps"]
+    outcomes.append(_outcome(
+        "Trained live" if converged else "What came out", live, results, drawn["live"],
+        [f"These models are far from converged: {steps:,} steps, against the "
+         f"{OFFICIAL_STEPS:,} at which the official code reaches the test R² in the table "
+         "(one seed each, docs/methods/numbers.md)."],
+    ))  # fmt: skip
+    per_run = []
+    for run in runs:
+        shown = figures[run.path]
         pictures = [
             (shown[key], caption)
             for key, caption in (
@@ -331,16 +444,16 @@ def _sections(runs, results, figures, curves, structure, size, wall, size_name, 
             )
             if key in shown
         ]
-        live = code_embedding_plotly(results[variant], title=VARIANT_NAMES[variant])
-        interactive = [(live, EMBEDDING_CAPTION)] if "code_embedding" in shown else []
-        per_variant.append(
-            Section(VARIANT_NAMES[variant], [f"Run directory: {runs[variant]}"],
+        live_plot = code_embedding_plotly(results[run.path], title=run.label)
+        interactive = [(live_plot, EMBEDDING_CAPTION)] if "code_embedding" in shown else []
+        per_run.append(
+            Section(run.label, [f"Run directory: {run.path}"],
                     figures=pictures, interactive=interactive)
         )  # fmt: skip
     warnings = [
-        f"{VARIANT_NAMES[variant]}: {note['message']}"
-        for variant in runs
-        for note in results[variant].get("health", [])
+        f"{run.label}: {note['message']}"
+        for run in runs
+        for note in results[run.path].get("health", [])
     ]
     health = [Section("Warnings", warnings)] if warnings else []
-    return [what, *health, outcome, *per_variant]
+    return [what, *health, *outcomes, *per_run]
