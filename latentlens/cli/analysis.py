@@ -94,15 +94,18 @@ def add_analysis_parsers(commands: argparse._SubParsersAction) -> None:
 
 
 def run_probe(args: argparse.Namespace) -> int:
-    args.run_dir = resolve_runs(args.run_dir)
     from latentlens.probes.run import check_probe_run, probe_run
+    from latentlens.training.config import check_eval_examples
     from latentlens.training.run_dir import require_distinct, seeds_of_one_config
 
     if args.examples < 4:
         raise ValueError(f"--examples={args.examples} is too few; use at least 4")
     if args.eval_examples is not None and args.eval_examples < 1:
         raise ValueError(f"--eval-examples={args.eval_examples} is invalid: use at least 1")
-    runs: list[Path] = args.run_dir
+    check_eval_examples("--examples", args.examples)
+    if args.eval_examples is not None:
+        check_eval_examples("--eval-examples", args.eval_examples)
+    runs: list[Path] = resolve_runs(args.run_dir)
     require_distinct(runs)
     for run in runs:  # every refusal before the first run's minutes of probing
         check_probe_run(run, args.checkpoint)

@@ -93,6 +93,7 @@ def run_marian(args: argparse.Namespace, conditions: list[str], out: Path) -> li
     from latentlens import connect
     from latentlens.devices import resolve_device
     from latentlens.pretrained.finetune import MarianFineTune, fine_tune_marian
+    from latentlens.pretrained.hub import offline_unless_reachable
 
     if len(args.base) > 1:
         raise ValueError("give one Hugging Face --base (a name or folder); --seeds for seeds")
@@ -104,9 +105,10 @@ def run_marian(args: argparse.Namespace, conditions: list[str], out: Path) -> li
     settings = {k: v for k, v in given.items() if v is not None}
     runs = connect.plan_marian(args.base[0], conditions, out, args.seeds)
     device = resolve_device(args.device)
-    for one in runs:
-        cfg = MarianFineTune(dataset=name, dataset_config=dataset_config or None,
-                             source_lang=args.source_lang, target_lang=args.target_lang,
-                             seed=one.seed, **settings)  # fmt: skip
-        fine_tune_marian(one.run, args.base[0], one.condition, cfg, device, quiet=args.quiet)
+    with offline_unless_reachable(args.base[0]):  # no half-minute of hub retries offline
+        for one in runs:
+            cfg = MarianFineTune(dataset=name, dataset_config=dataset_config or None,
+                                 source_lang=args.source_lang, target_lang=args.target_lang,
+                                 seed=one.seed, **settings)  # fmt: skip
+            fine_tune_marian(one.run, args.base[0], one.condition, cfg, device, quiet=args.quiet)
     return [connect.marian_result(one) for one in runs]

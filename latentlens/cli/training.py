@@ -449,12 +449,14 @@ def check_resume_flags(args: argparse.Namespace, stored: dict[str, Any], run: st
 
 
 def run_eval(args: argparse.Namespace) -> int:
-    args.run_dir = resolve_runs(args.run_dir)
     from latentlens.training import RunDirectory, Trainer
     from latentlens.training.checkpoint import select_checkpoint
+    from latentlens.training.config import check_eval_examples
     from latentlens.training.run_dir import require_distinct, seeds_of_one_config
 
-    runs: list[Path] = args.run_dir
+    if args.examples is not None:
+        check_eval_examples("--examples", args.examples)
+    runs: list[Path] = resolve_runs(args.run_dir)
     require_distinct(runs)
     for run in runs:  # every refusal before the first evaluation
         RunDirectory(run).read_config()

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from latentlens.devices import resolve_device
+from latentlens.pretrained.hub import offline_unless_reachable
 
 
 @contextlib.contextmanager
@@ -42,7 +43,7 @@ def load_language_model(name: str, device: str = "auto", random_weights: bool = 
     if name.startswith(("/", "./", "../", "~")) and not Path(name).expanduser().is_dir():
         raise ValueError(f"no folder {name}: pass a Hugging Face hub name or an existing folder")
     try:
-        with quiet_transformers():
+        with quiet_transformers(), offline_unless_reachable(name):
             model = TransformerBridge.boot_transformers(
                 name, device=target, load_weights=not random_weights
             )

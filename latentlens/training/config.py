@@ -15,6 +15,19 @@ from latentlens.configs import (
 )
 from latentlens.threads import MAX_THREADS
 
+# More examples per split than an evaluation can score in reasonable time (10^7 fuzzy-logic
+# examples take minutes on a CPU): a larger count is a typo, refused before it hangs.
+MAX_EVAL_EXAMPLES = 10_000_000
+
+
+def check_eval_examples(name: str, examples: int) -> None:
+    """A one-line error naming ``name`` when ``examples`` is over :data:`MAX_EVAL_EXAMPLES`."""
+    if examples > MAX_EVAL_EXAMPLES:
+        raise ValueError(
+            f"{name}={examples:,} is invalid: at most {MAX_EVAL_EXAMPLES:,} examples per split"
+        )
+
+
 PRECISIONS = ("fp32", "tf32", "bf16")
 # Optimiser settings a resumed run may change (e.g. a lower lr after a divergence); the
 # change is recorded in the run's config history.
@@ -95,6 +108,7 @@ class TrainConfig(JsonConfig):
         object.__setattr__(self, "track", tuple(self.track))  # JSON and the CLI give lists
         for name in ("steps", "batch_size", "eval_every", "eval_examples", "keep_checkpoints"):
             require_positive(owner, name, getattr(self, name))
+        check_eval_examples(f"{owner}.eval_examples", self.eval_examples)
         require_non_negative(owner, "warmup_steps", self.warmup_steps, integer=True)
         for name in ("lr", "weight_decay", "min_lr_ratio", "grad_clip"):
             require_non_negative(owner, name, getattr(self, name))

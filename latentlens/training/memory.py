@@ -4,6 +4,8 @@ the device has free."""
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 from typing import Any
 
 import torch
@@ -13,13 +15,40 @@ GIB = 2**30
 TRAINING_BYTES_PER_PARAMETER = 16
 
 
-def parameter_count(kind: str, config: Any) -> int:
+# The config fields that count layers, each with the smallest count the counting builds:
+# a model's parameters are multilinear in them (each layer adds the same, a layer
+# connection encoder x decoder layers). The encoder starts at 2 so that every decoder
+# counted (1 or 2 layers) is no deeper than it, as the gca and layerwise connections need.
+LAYER_FIELDS = {"n_layers": 1, "n_layers_encoder": 2, "n_layers_decoder": 1}
+
+
+def built_parameter_count(kind: str, config: Any) -> int:
     """Parameters of the model, built on the meta device (nothing allocated)."""
     from latentlens.models import build_model
 
     with torch.device("meta"):
         model = build_model(kind, config)
     return sum(p.numel() for p in model.parameters())
+
+
+def parameter_count(kind: str, config: Any) -> int:
+    """Parameters of the model, without building all its layers: the counts of the model
+    with ``b`` and ``b + 1`` of each kind of layer (``b`` from :data:`LAYER_FIELDS`),
+    extended multilinearly to the config's layer counts (exact: each layer adds the same
+    parameters, a layer connection encoder x decoder), so that a config of 10^18 layers is
+    answered at once."""
+    fields = [f for f in LAYER_FIELDS if hasattr(config, f)]
+    counts = [getattr(config, f) for f in fields]
+    corners = [(LAYER_FIELDS[f], LAYER_FIELDS[f] + 1) for f in fields]
+    total = 0
+    for corner in itertools.product(*corners):
+        weight = 1
+        for n, at, (low, high) in zip(counts, corner, corners, strict=True):
+            weight *= (high - n) if at == low else (n - low)  # the linear interpolant's
+        if weight:
+            small = dataclasses.replace(config, **dict(zip(fields, corner, strict=True)))
+            total += weight * built_parameter_count(kind, small)
+    return total
 
 
 def activation_bytes(config: Any, batch: int) -> int:

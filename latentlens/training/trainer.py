@@ -49,7 +49,12 @@ from latentlens.training.checkpoint import (
     save_checkpoint,
     select_checkpoint,
 )
-from latentlens.training.config import RESUME_CHANGEABLE, TrainConfig, same_training
+from latentlens.training.config import (
+    RESUME_CHANGEABLE,
+    TrainConfig,
+    check_eval_examples,
+    same_training,
+)
 from latentlens.training.distributed import init_distributed
 from latentlens.training.graphs import GraphedStep
 from latentlens.training.init_from import initial_weights, load_initial_weights
@@ -584,6 +589,7 @@ class Trainer:
         if examples is not None and examples < 1:
             raise ValueError(f"examples={examples}: evaluate at least 1 example per split")
         examples = examples or cfg.eval_examples
+        check_eval_examples("examples", examples)
         self.task.check_split(split)
         generator = self.task.make_generator(cfg.seed + 1 + self.task.splits.index(split))
         for start in range(0, examples, cfg.batch_size):

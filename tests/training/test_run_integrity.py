@@ -238,6 +238,12 @@ def test_former_tracebacks_are_one_line_errors(tmp_path, capsys) -> None:
     code, err = cli([*train_flags(tmp_path / "c"), *huge], capsys)
     assert code == 2 and "the model does not fit: 262,151,570,737 parameters" in err
     assert not (tmp_path / "c").exists()
+    # sizes that once never returned: the model was built to be counted, the sets evaluated
+    code, err = cli([*train_flags(tmp_path / "d"), "--n-layers", str(10**18)], capsys)
+    assert code == 2 and "the model does not fit: " in err and "--n-layers" in err
+    code, err = cli([*train_flags(tmp_path / "e"), "--eval-examples", str(10**18)], capsys)
+    assert code == 2 and "eval_examples=1,000,000,000,000,000,000 is invalid: at most" in err
+    assert not (tmp_path / "d").exists() and not (tmp_path / "e").exists()
 
 
 def test_damaged_tracking_files_and_rng_states_are_named(tmp_path, capsys) -> None:
