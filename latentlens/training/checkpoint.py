@@ -158,7 +158,13 @@ def load_checkpoint(path: Path) -> Checkpoint:
         raise CheckpointError(f"{path} has damaged metadata ({err}); it cannot be used") from None
     if named and int(named.group(1)) != step:
         raise CheckpointError(f"{path} says it is step {step}, not the step of its file name")
-    if "sha256" in metadata and tensors_digest(tensors) != metadata["sha256"]:
+    if "sha256" not in metadata:
+        warnings.warn(
+            f"{path} carries no checksum (written by an older latentlens, or its metadata is "
+            "damaged): its tensors are not verified",
+            stacklevel=2,
+        )
+    elif tensors_digest(tensors) != metadata["sha256"]:
         raise CheckpointError(f"{path} fails its checksum: its tensors were damaged on disk")
     model = {k[6:]: v for k, v in tensors.items() if k.startswith("model.")}
     rng = {k[4:]: v for k, v in tensors.items() if k.startswith("rng.")}

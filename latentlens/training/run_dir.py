@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from pathlib import Path
@@ -50,10 +51,27 @@ def repair_torn_tail(path: Path) -> None:
     atomic_write_bytes(path, data[: data.rfind(b"\n") + 1])
 
 
+def refuse_link(path: Path) -> None:
+    """A one-line error when ``path`` is a symbolic link: latentlens writes only the files of
+    the run directory itself, never where a link placed there points."""
+    if path.is_symlink():
+        raise ValueError(
+            f"{path} is a symbolic link (to {os.readlink(path)}); latentlens writes only files "
+            "inside the run directory: remove the link, or copy its target in its place"
+        )
+
+
 def append_jsonl(path: Path, records: list[dict[str, Any]]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
+    refuse_link(path)
     repair_torn_tail(path)
-    with open(path, "a") as handle:
+    try:  # O_NOFOLLOW: a link placed after the check is refused all the same
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            refuse_link(path)
+        raise
+    with os.fdopen(fd, "a") as handle:
         for record in records:
             handle.write(json.dumps(record, sort_keys=True) + "\n")
         handle.flush()
@@ -111,14 +129,15 @@ class RunDirectory:
             config = json.loads(self.config_path.read_text())
         except (json.JSONDecodeError, UnicodeDecodeError) as err:
             raise ValueError(
-                f"{self.config_path} is corrupt ({err}); restore it, or start a new run"
+                f"{self.config_path} is corrupt ({err}); restore it, or start a new run in "
+                "another --run-dir"
             ) from None
         if not isinstance(config, dict) or not all(
             isinstance(config.get(section), dict) for section in sections
         ):
             raise ValueError(
                 f"{self.config_path} is not a run's config (it needs the JSON objects "
-                f"{', '.join(sections)}); restore it, or start a new run"
+                f"{', '.join(sections)}); restore it, or start a new run in another --run-dir"
             )
         return config
 

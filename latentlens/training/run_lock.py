@@ -1,13 +1,15 @@
-"""One writer per run directory: an exclusive ``flock`` on ``RUN/.lock``.
+"""One writer per run directory: an exclusive ``flock`` on the directory itself.
 
-The lock belongs to the open file, so the operating system drops it when its process
+The lock belongs to the open directory, so the operating system drops it when its process
 dies, however it dies: a stale lock of a killed process is taken over by the next writer
-without any clean-up. The file records the holder (PID, host, start time) for the message a
-second writer gets. Readers (eval, probes, figures) take no lock.
+without any clean-up; and no file inside can be deleted to break it. ``RUN/.lock`` records
+the holder (PID, host, start time) for the message a second writer gets; it is never
+followed where it is a symbolic link. Readers (eval, probes, figures) take no lock.
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
@@ -56,26 +58,56 @@ class RunLock:
     def acquire(self) -> RunLock:
         prepare_directory(self.directory)
         try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY)
         except OSError as err:
             raise ValueError(
-                f"{self.path} cannot be opened ({err.strerror}); the run directory must be writable"
+                f"{self.directory} cannot be opened ({err.strerror}); the run directory must be "
+                "readable"
             ) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = _holder(fd)
             os.close(fd)
             raise RunLocked(
-                f"{self.directory} is being written by {holder}; wait for it to finish, or "
-                "choose another --run-dir"
+                f"{self.directory} is being written by {self.holder()}; wait for it to finish, "
+                "or choose another --run-dir"
             ) from None
-        record = {"pid": os.getpid(), "host": socket.gethostname(),
-                  "since": time.strftime("%Y-%m-%d %H:%M:%S")}  # fmt: skip
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, json.dumps(record).encode(), 0)
+        try:
+            self.record()
+        except BaseException:
+            os.close(fd)
+            raise
         self.fd = fd
         return self
+
+    def record(self) -> None:
+        """Write the holder into ``RUN/.lock`` (a link there is refused, not followed)."""
+        try:
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+        except OSError as err:
+            if err.errno == errno.ELOOP:
+                raise ValueError(
+                    f"{self.path} is a symbolic link; latentlens writes only files inside the "
+                    "run directory: remove it"
+                ) from None
+            raise ValueError(
+                f"{self.path} cannot be opened ({err.strerror}); the run directory must be writable"
+            ) from None
+        holder = {"pid": os.getpid(), "host": socket.gethostname(),
+                  "since": time.strftime("%Y-%m-%d %H:%M:%S")}  # fmt: skip
+        with os.fdopen(fd, "w") as handle:
+            handle.write(json.dumps(holder))
+
+    def holder(self) -> str:
+        """Who holds the lock, as ``RUN/.lock`` records it."""
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError:
+            return "another process"
+        try:
+            return _holder(fd)
+        finally:
+            os.close(fd)
 
     def release(self) -> None:
         if self.fd is None:

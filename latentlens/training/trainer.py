@@ -303,7 +303,8 @@ class Trainer:
         may add a layer connection), recorded in ``config.json`` as ``init_from``."""
         directory = RunDirectory(run_dir)
         with writing(directory, remove_if_new=True) as lock:
-            taken = directory.config_path.exists()
+            # a config, or another run's files whose config.json was lost
+            taken = directory.config_path.exists() or bool(leftover_files(directory))
             if init_from is not None:
                 weights, record = initial_weights(init_from, config)
                 config = {**config, "init_from": record}
@@ -339,7 +340,9 @@ class Trainer:
             trainer = cls(directory, stored, **kwargs)
             trainer.lock = lock
             checkpoint = newest_good_checkpoint(directory.checkpoints) if found else None
-            if checkpoint is None:  # nothing to keep: what it logged before dying goes too
+            if checkpoint is None:
+                refuse_lost_checkpoints(directory)
+                # killed before its first checkpoint: what it logged before dying goes too
                 if "init_from" in stored:
                     base = stored["init_from"]
                     weights, _ = initial_weights(base["run"], stored, base["step"])
@@ -394,12 +397,18 @@ class Trainer:
     def restore(self, checkpoint: Any) -> None:
         """The checkpoint's weights, optimiser and RNG states: training continues from it."""
         self.restore_weights(checkpoint)
+        # the optimiser's settings come from the config (a resume may change weight decay;
+        # a damaged setting in the checkpoint's metadata must not), its state from the file
+        groups = self.optimizer.param_groups
+        settings = [{k: v for k, v in g.items() if k != "params"} for g in groups]
         try:
             self.optimizer.load_state_dict(checkpoint.optimizer)
         except (RuntimeError, ValueError, KeyError) as err:
             raise CheckpointError(
                 f"the checkpoint of step {checkpoint.step} does not fit this run's model ({err})"
             ) from None
+        for group, setting in zip(self.optimizer.param_groups, settings, strict=True):
+            group.update(setting)
         for group in self.optimizer.param_groups:
             group["lr"] = self.lr
         suffix = f"@{self.dist.rank}" if self.dist.rank else ""
@@ -639,6 +648,29 @@ class Trainer:
         return result
 
 
+def refuse_lost_checkpoints(directory: RunDirectory) -> None:
+    """Before a resume without a checkpoint starts the run again (and deletes what it
+    logged): a one-line error, nothing deleted, where checkpoints must have existed (its
+    metrics record evaluations after step 0, each written with its checkpoint) or where
+    ``checkpoints/`` or ``tracking/`` is not a plain folder of the run."""
+    for folder in (directory.checkpoints, directory.tracking):
+        if folder.is_symlink():
+            raise ValueError(
+                f"{folder} is a symbolic link; latentlens writes only inside the run directory: "
+                "replace it by the folder it points to"
+            )
+        if folder.exists() and not folder.is_dir():
+            raise ValueError(f"{folder} is a file, not a folder; move it away and resume again")
+    logged = [r["step"] for r in directory.read_metrics() if r.get("step", 0) > 0]
+    if logged:
+        raise ValueError(
+            f"{directory.checkpoints} holds no checkpoint, but {directory.metrics_path.name} "
+            f"records evaluations up to step {max(logged):,}: its checkpoints were lost "
+            "(deleted, or a folder not mounted). Nothing was changed; restore them, or start a "
+            "new run in another --run-dir"
+        )
+
+
 def _summary(records: list[dict[str, Any]]) -> str:
     parts = []
     for record in records:
@@ -705,8 +737,23 @@ def writing(directory: RunDirectory, remove_if_new: bool = False) -> Iterator[Ru
         raise
 
 
+def leftover_files(directory: RunDirectory) -> list[str]:
+    """The files of a run in ``directory`` besides its config: a new run there would mix
+    its records and checkpoints with them."""
+    found = [directory.metrics_path.name] if directory.metrics_path.exists() else []
+    if list_checkpoints(directory.checkpoints):
+        found.append(f"{directory.checkpoints.name}/")
+    return found
+
+
 def taken_message(directory: RunDirectory) -> str:
     """Why a new run cannot start in ``directory``, and the one thing to do instead."""
+    if not directory.config_path.exists():
+        return (
+            f"{directory.path} holds another run's files ({', '.join(leftover_files(directory))}) "
+            "but no config.json: restore its config.json to continue that run, or choose "
+            "another --run-dir for a new one"
+        )
     if not list_checkpoints(directory.checkpoints):
         return (
             f"{directory.path} holds a run killed before its first checkpoint; "

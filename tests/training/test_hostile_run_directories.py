@@ -1,0 +1,131 @@
+"""Run directories a user tampered with (issue #42): nothing written outside the run,
+nothing deleted that a resume still needs, no setting silently ignored."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import warnings
+from pathlib import Path
+
+import pytest
+from safetensors import safe_open
+from safetensors.torch import save
+
+from latentlens.training import RunDirectory, Trainer, list_checkpoints, load_checkpoint
+from latentlens.training.run_lock import RunLock, RunLocked
+from tests.training.test_trainer import tiny_config
+
+
+def trained(run: Path, steps: int = 40) -> Path:
+    Trainer.create(run, tiny_config(steps), quiet=True).train()
+    return run
+
+
+def snapshot(run: Path) -> dict[str, bytes]:
+    """Every file of the run but the lock's holder record (each writer rewrites it)."""
+    return {str(p.relative_to(run)): p.read_bytes() for p in run.rglob("*")
+            if p.is_file() and p.name != ".lock"}  # fmt: skip
+
+
+def test_deleting_the_lock_file_does_not_let_a_second_writer_in(tmp_path) -> None:
+    run = tmp_path / "run"
+    first = RunLock(run).acquire()
+    (run / ".lock").unlink()  # the lock is on the directory, not on this file
+    with pytest.raises(RunLocked, match="is being written by"):
+        RunLock(run).acquire()
+    first.release()
+    RunLock(run).acquire().release()
+
+
+def test_links_placed_in_a_run_are_refused_not_followed(tmp_path) -> None:
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / ".lock").symlink_to(victim)
+    with pytest.raises(ValueError, match=r"\.lock is a symbolic link"):
+        RunLock(run).acquire()
+    assert victim.read_text() == "precious"
+    other = trained(tmp_path / "other")
+    (other / "metrics.jsonl").rename(tmp_path / "moved.jsonl")
+    (other / "metrics.jsonl").symlink_to(tmp_path / "moved.jsonl")
+    before = (tmp_path / "moved.jsonl").read_bytes()
+    with pytest.raises(ValueError, match=r"metrics\.jsonl is a symbolic link"):
+        RunDirectory(other).append_metrics([{"step": 99, "split": "train"}])
+    assert (tmp_path / "moved.jsonl").read_bytes() == before
+
+
+@pytest.mark.parametrize("damage", ["emptied", "removed", "a link to nowhere", "a file"])
+def test_lost_checkpoints_are_refused_and_nothing_is_deleted(tmp_path, damage) -> None:
+    run = trained(tmp_path / "run")
+    checkpoints = run / "checkpoints"
+    shutil.rmtree(checkpoints)
+    if damage == "emptied":
+        checkpoints.mkdir()
+    elif damage == "a link to nowhere":  # an unmounted folder
+        checkpoints.symlink_to(tmp_path / "unmounted")
+    elif damage == "a file":
+        checkpoints.write_text("")
+    before = snapshot(run)
+    expected = "is a file" if damage == "a file" else "its checkpoints were lost"
+    if damage == "a link to nowhere":
+        expected = "is a symbolic link"
+    with pytest.raises(ValueError, match=expected):
+        Trainer.resume(run, quiet=True)
+    assert snapshot(run) == before
+
+
+def test_a_tracking_link_is_not_emptied(tmp_path) -> None:
+    run = tmp_path / "run"
+    Trainer.create(run, tiny_config(), quiet=True)  # no checkpoint yet: a resume restarts
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    (target / "keep.txt").write_text("kept")
+    (run / "tracking").rmdir()
+    (run / "tracking").symlink_to(target)
+    with pytest.raises(ValueError, match="tracking is a symbolic link"):
+        Trainer.resume(run, quiet=True)
+    assert (target / "keep.txt").read_text() == "kept"
+
+
+def test_a_new_run_beside_another_runs_files_is_refused(tmp_path) -> None:
+    run = trained(tmp_path / "run")
+    (run / "config.json").unlink()  # "restore it, or start a new run"
+    before = snapshot(run)
+    with pytest.raises(ValueError, match="holds another run's files .* but no config.json"):
+        Trainer.create(run, tiny_config(), quiet=True)
+    assert snapshot(run) == before
+
+
+def test_a_resume_applies_a_new_weight_decay_and_ignores_damaged_settings(tmp_path) -> None:
+    run = trained(tmp_path / "run", steps=20)
+    step, path = list_checkpoints(run / "checkpoints")[-1]
+    with safe_open(str(path), framework="pt") as handle:
+        metadata, tensors = handle.metadata(), {k: handle.get_tensor(k) for k in handle.keys()}  # noqa: SIM118
+    groups = json.loads(metadata["param_groups"])
+    for group in groups:  # one flipped byte: 0.999 -> 0.499, and the weight decay doubled
+        group["betas"], group["weight_decay"] = [0.9, 0.499], 2 * group["weight_decay"]
+    path.write_bytes(save(tensors, metadata={**metadata, "param_groups": json.dumps(groups)}))
+    config = json.loads((run / "config.json").read_text())["train"]
+    trainer = Trainer.resume(run, quiet=True)
+    decays = {g["weight_decay"] for g in trainer.optimizer.param_groups}
+    assert decays == {0.0, config["weight_decay"]}  # the config's, not the metadata's
+    assert all(g["betas"] == (0.9, 0.999) for g in trainer.optimizer.param_groups)
+    trainer.close()
+    trainer = Trainer.resume(run, {"weight_decay": 0.5}, quiet=True)
+    assert {g["weight_decay"] for g in trainer.optimizer.param_groups} == {0.0, 0.5}
+    trainer.close()
+
+
+def test_a_checkpoint_without_its_checksum_is_named(tmp_path) -> None:
+    run = trained(tmp_path / "run", steps=20)
+    _, path = list_checkpoints(run / "checkpoints")[-1]
+    with safe_open(str(path), framework="pt") as handle:
+        metadata, tensors = handle.metadata(), {k: handle.get_tensor(k) for k in handle.keys()}  # noqa: SIM118
+    metadata["sha25x"] = metadata.pop("sha256")  # a damaged key
+    path.write_bytes(save(tensors, metadata=metadata))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        load_checkpoint(path)
+    assert any("carries no checksum" in str(w.message) for w in caught)
