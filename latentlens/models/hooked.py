@@ -11,8 +11,10 @@ from transformer_lens.hook_points import HookPoint as LensHookPoint
 
 class HookPoint(LensHookPoint):
     """TransformerLens's ``HookPoint`` whose forward hooks must keep the activation's
-    shape: a hook returning a tensor of another shape raises, naming the hook, instead of
-    being broadcast silently into the rest of the pass."""
+    shape, device and dtype: a hook returning a tensor of another shape raises, naming the
+    hook, instead of being broadcast silently into the rest of the pass; one on another
+    device or of another dtype raises instead of computing on (a meta tensor's garbage, a
+    float16's rounding)."""
 
     def add_hook(self, hook: Any, dir: str = "fwd", **kwargs: Any) -> None:  # noqa: A002
         if dir != "fwd":
@@ -20,10 +22,18 @@ class HookPoint(LensHookPoint):
 
         def shape_kept(tensor: torch.Tensor, hook: LensHookPoint) -> Any:
             result = user_hook(tensor, hook=hook)
-            if isinstance(result, torch.Tensor) and result.shape != tensor.shape:
+            if not isinstance(result, torch.Tensor):
+                return result
+            if result.shape != tensor.shape:
                 raise ValueError(
                     f"the hook on {self.name} returned shape {list(result.shape)}; it must "
                     f"return the activation's shape {list(tensor.shape)} (or None)"
+                )
+            if result.device != tensor.device or result.dtype != tensor.dtype:
+                raise ValueError(
+                    f"the hook on {self.name} returned a {result.dtype} tensor on "
+                    f"{result.device}; it must return the activation's {tensor.dtype} on "
+                    f"{tensor.device} (e.g. `.to(tensor)`), or None"
                 )
             return result
 

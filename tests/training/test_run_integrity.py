@@ -223,6 +223,9 @@ def test_python_api_names_wrong_dtypes_empty_inputs_and_reshaping_hooks() -> Non
     name = "blocks.0.hook_resid_post"
     with pytest.raises(ValueError, match=rf"the hook on {name} returned shape \[2, 1, 32\]"):
         model.run_with_hooks(good, fwd_hooks=[(name, lambda t, hook: t[:, :1])])
+    for other in (lambda t: t.to("meta"), lambda t: t.double(), lambda t: t.half()):
+        with pytest.raises(ValueError, match=rf"the hook on {name} returned a torch\.\w+ tensor"):
+            model.run_with_hooks(good, fwd_hooks=[(name, lambda t, hook, o=other: o(t))])
     kept = model.run_with_hooks(good, fwd_hooks=[(name, lambda t, hook: t * 1.0)])
     torch.testing.assert_close(kept, model(good))
 
