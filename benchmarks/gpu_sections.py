@@ -28,6 +28,7 @@ from reproduction.runs import (  # noqa: E402
     TRAINED_ON,
     UNFINISHED,
     Runtime,
+    code_commit,
     finished,
     train_unit,
     units_of,
@@ -59,7 +60,10 @@ def trained_on(device: str) -> str:
 
     name = torch.cuda.get_device_name() if device.startswith("cuda") else "CPU"
     day = datetime.date.today().isoformat()
-    return f"{name}, torch {torch.__version__}, {day}, by benchmarks/gpu_sections.py"
+    return (
+        f"{name}, torch {torch.__version__}, {day}, by benchmarks/gpu_sections.py. "
+        f"Code: commit {code_commit()}"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -51,6 +51,7 @@ from reproduction import (  # noqa: E402
 )
 from reproduction.runs import (  # noqa: E402
     TRAINED_ON,
+    code_commit,
     default_jobs,
     finished,
     train_all,
@@ -141,6 +142,8 @@ def main(argv: list[str] | None = None) -> int:
         run_s = sum(timings.get(str(s.path.relative_to(out)), 0.0) for s in own)
         trained_on = out / name / TRAINED_ON  # written by the trainer of another machine
         where = f" Trained on {trained_on.read_text().strip()}." if trained_on.is_file() else ""
+        if "Code: commit" not in where:  # trained here, by this code
+            where += f" Code: commit {code_commit()}."
         sections.append(
             f"{text}\n\n*{name}: {len(own)} runs, {run_s / 60:.1f} minutes of training "
             f"summed over runs; analysis {(time.perf_counter() - section_start) / 60:.1f} "
@@ -237,7 +240,8 @@ def replace_sections(text: str, sections: list[str], command: str) -> str:
     head, old = parts[0], ["## " + part for part in parts[1:]]
     titles = [part.splitlines()[0] for part in old]
     for section in sections:
-        section = f"{section}\n\n*Updated by `{command}`.*"
+        code = "" if "Code: commit" in section else f" Code: commit {code_commit()}."
+        section = f"{section}\n\n*Updated by `{command}`.{code}*"
         title = section.splitlines()[0]
         if title in titles:
             old[titles.index(title)] = section

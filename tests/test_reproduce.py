@@ -95,10 +95,12 @@ def test_the_tables_hold_each_runs_own_measurements(tiny) -> None:
 def test_only_replaces_its_own_sections(reproduce) -> None:
     """``--only`` keeps the other experiments' sections of an existing results file."""
     text = "# Results\n\nheader\n\n## A\n\nold a\n\n## B\n\nold b\n"
-    updated = reproduce.replace_sections(text, ["## B\n\nnew b", "## C\n\nnew c"], "cmd")
+    measured = "## C\n\nnew c. Code: commit 0123abc."  # trained elsewhere: its own commit
+    updated = reproduce.replace_sections(text, ["## B\n\nnew b", measured], "cmd")
+    here = reproduce.code_commit()  # the code writing the section (tests/test_results_freshness)
     assert updated == (
-        "# Results\n\nheader\n\n## A\n\nold a\n\n## B\n\nnew b\n\n*Updated by `cmd`.*"
-        "\n\n## C\n\nnew c\n\n*Updated by `cmd`.*\n"
+        f"# Results\n\nheader\n\n## A\n\nold a\n\n## B\n\nnew b\n\n*Updated by `cmd`. Code: "
+        f"commit {here}.*\n\n## C\n\nnew c. Code: commit 0123abc.\n\n*Updated by `cmd`.*\n"
     )
 
 

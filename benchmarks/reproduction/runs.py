@@ -254,3 +254,44 @@ def difference_interval(ours: list[float], base: list[float]) -> tuple[float, fl
     df = (va + vb) ** 2 / (va**2 / (len(ours) - 1) + vb**2 / (len(base) - 1))
     half = float(scipy.stats.t.ppf(0.975, df)) * se
     return difference, difference - half, difference + half
+
+
+# The source files whose changes change what a run computes: a section measured at a commit
+# before a change to one of them is stale (tests/test_results_freshness.py).
+NUMERIC_SOURCES = (
+    "latentlens/models/attention.py",
+    "latentlens/models/encoder_decoder.py",
+    "latentlens/models/fusion.py",
+    "latentlens/models/hypernetwork.py",
+    "latentlens/models/init.py",
+    "latentlens/models/position.py",
+    "latentlens/models/transformer.py",
+    "latentlens/tasks",
+    "latentlens/training/objective.py",
+)
+
+
+def code_commit() -> str:
+    """The commit of the code running now (12 hex digits), ``"+ uncommitted changes"``
+    added where the numeric sources differ from it, ``"unknown"`` outside a git checkout."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[2]
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short=12", "HEAD"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--", *NUMERIC_SOURCES],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return f"{head} + uncommitted changes" if dirty else head
