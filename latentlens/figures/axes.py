@@ -5,14 +5,25 @@ from __future__ import annotations
 import re
 
 from matplotlib.axes import Axes
-from matplotlib.ticker import MaxNLocator
+from matplotlib.ticker import FuncFormatter, MaxNLocator
+
+
+def step_label(step: float, _position: object = None) -> str:
+    """A step count as a tick reads it: ``500``, ``12k``, ``1.5M`` (five digits side by
+    side run into their neighbours on a panel a third of a page wide)."""
+    for size, suffix in ((1_000_000, "M"), (1_000, "k")):
+        if abs(step) >= size:
+            return f"{step / size:g}{suffix}"
+    return f"{step:g}"
 
 
 def step_axis(ax: Axes) -> None:
     """Label ``ax``'s x axis as training steps, ticked at whole steps only (a short run's
-    few evaluations would otherwise get ticks such as 2.5)."""
+    few evaluations would otherwise get ticks such as 2.5), at most 6 ticks, written short
+    (:func:`step_label`)."""
     ax.set_xlabel("training step")
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.xaxis.set_major_locator(MaxNLocator(nbins=5, integer=True))
+    ax.xaxis.set_major_formatter(FuncFormatter(step_label))
 
 
 def metric_label(metric: str) -> str:

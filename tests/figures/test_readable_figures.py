@@ -21,7 +21,7 @@ from latentlens.figures import (
     save_plotly,
     structure_scores,
 )
-from latentlens.figures.axes import R2_FLOOR, wrap_label
+from latentlens.figures.axes import R2_FLOOR, step_label, wrap_label
 from latentlens.figures.probes import cell_text, label_marks, robust_view
 from latentlens.figures.run_figures import seed_groups
 from latentlens.reports.report import Section, write_report
@@ -155,3 +155,18 @@ def test_a_report_and_its_figures_share_one_plotly_bundle(tmp_path: Path) -> Non
         assert f"src='{source}'" in text or f'src="{source}"' in text, html
         assert len(text) < 100_000  # no inline copy of plotly.js
     assert "a scatter (interactive" in page.read_text()  # captioned
+
+
+def test_step_ticks_of_a_long_run_are_few_and_short(tmp_path: Path) -> None:
+    # 50,000 steps on a panel a third of a page wide once read "6000120001800024000..."
+    run = tmp_path / "long"
+    write_run(run, [0.1] * 11, 0)
+    rows = [{"step": 5_000 * i, "split": "test", "r2": 0.1, "loss": 0.1} for i in range(11)]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    figure = metric_curves({"r": run})
+    figure.canvas.draw()
+    ax = figure.axes[0]
+    labels = [t.get_text() for t in ax.get_xticklabels() if 0 <= t.get_position()[0] <= 50_000]
+    assert len(labels) <= 6 and all(len(label) <= 4 for label in labels), labels
+    assert step_label(50_000) == "50k" and step_label(1_500_000) == "1.5M"
+    assert step_label(250) == "250" and step_label(0) == "0"
