@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -156,7 +157,12 @@ class RunDirectory:
         atomic_write_bytes(self.config_path, text.encode())
 
     def read_metrics(self) -> list[dict[str, Any]]:
-        return read_jsonl(self.metrics_path)
+        """The evaluation records; a value stored as ``null`` (not finite when measured:
+        a diverged evaluation) reads as NaN, as it was."""
+        return [
+            {k: math.nan if v is None else v for k, v in record.items()}
+            for record in read_jsonl(self.metrics_path)
+        ]
 
     def last_evaluation(self) -> dict[str, dict[str, Any]]:
         """The records of the newest evaluation, by split (``{}`` before the first)."""
@@ -167,7 +173,14 @@ class RunDirectory:
         return {r["split"]: r for r in records if r["step"] == last}
 
     def append_metrics(self, records: list[dict[str, Any]]) -> None:
-        append_jsonl(self.metrics_path, records)
+        """Append evaluation records; a value that is not finite (NaN, inf: a diverged
+        evaluation) is stored as ``null``, so that every line stays JSON."""
+        finite = [
+            {k: None if isinstance(v, float) and not math.isfinite(v) else v
+             for k, v in record.items()}
+            for record in records
+        ]  # fmt: skip
+        append_jsonl(self.metrics_path, finite)
 
     def truncate_metrics(self, last_step: int) -> None:
         """Drop records after ``last_step`` (written after the checkpoint a resume uses)."""

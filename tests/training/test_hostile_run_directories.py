@@ -4,6 +4,7 @@ nothing deleted that a resume still needs, no setting silently ignored."""
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import warnings
 from pathlib import Path
@@ -129,3 +130,21 @@ def test_a_checkpoint_without_its_checksum_is_named(tmp_path) -> None:
         warnings.simplefilter("always")
         load_checkpoint(path)
     assert any("carries no checksum" in str(w.message) for w in caught)
+
+
+def test_a_diverged_evaluation_is_stored_as_json_and_read_back_as_nan(tmp_path) -> None:
+    run = RunDirectory(tmp_path / "run")
+    run.append_metrics([{"step": 5, "split": "test", "loss": math.nan, "r2": -math.inf}])
+    line = run.metrics_path.read_text()
+
+    def refuse(constant: str) -> None:
+        raise AssertionError(f"{constant} is not JSON")
+
+    assert json.loads(line, parse_constant=refuse) == {
+        "loss": None,
+        "r2": None,
+        "split": "test",
+        "step": 5,
+    }
+    (record,) = run.read_metrics()
+    assert math.isnan(record["loss"]) and math.isnan(record["r2"]) and record["step"] == 5
