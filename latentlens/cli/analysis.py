@@ -279,6 +279,11 @@ def run_figures_command(args: argparse.Namespace) -> int:
     from latentlens.figures.run_figures import comparison_figures, run_figures
 
     formats = tuple(f.strip() for f in args.formats.split(",") if f.strip())
+    if not formats:
+        raise ValueError(
+            f"--formats {args.formats!r} names no format: give comma-separated formats from "
+            f"{','.join(MATPLOTLIB_FORMATS)}"
+        )
     if args.out is not None and len(args.run_dir) < 2:
         raise ValueError("--out is where several runs are compared: give at least two runs")
     drawn = {run / "figures": run_figures(run, formats) for run in args.run_dir}

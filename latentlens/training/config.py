@@ -151,7 +151,7 @@ class TrainConfig(JsonConfig):
         """The reference's training defaults for ``task`` and model kind ``model``, with
         ``overrides`` applied."""
         defaults = {**TASK_DEFAULTS.get(task, {}), **MODEL_DEFAULTS.get((task, model), {})}
-        return cls(**{**defaults, **overrides})
+        return cls.from_dict({**defaults, **overrides})  # an unknown key named, not a TypeError
 
     def learning_rate(self, step: int) -> float:
         """Learning rate of optimisation step ``step`` (0-based)."""

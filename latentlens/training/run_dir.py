@@ -159,10 +159,16 @@ class RunDirectory:
     def read_metrics(self) -> list[dict[str, Any]]:
         """The evaluation records; a value stored as ``null`` (not finite when measured:
         a diverged evaluation) reads as NaN, as it was."""
-        return [
-            {k: math.nan if v is None else v for k, v in record.items()}
-            for record in read_jsonl(self.metrics_path)
-        ]
+        records = read_jsonl(self.metrics_path)
+        for number, record in enumerate(records, start=1):
+            step, split = record.get("step"), record.get("split")
+            if not (isinstance(step, int) and step >= 0 and isinstance(split, str)):
+                raise ValueError(
+                    f"{self.metrics_path} record {number} has no whole 'step' and 'split' "
+                    f"(step={step!r}, split={split!r}): it was not written by latentlens; "
+                    "restore the file or delete that line"
+                )
+        return [{k: math.nan if v is None else v for k, v in r.items()} for r in records]
 
     def last_evaluation(self) -> dict[str, dict[str, Any]]:
         """The records of the newest evaluation, by split (``{}`` before the first)."""
@@ -184,6 +190,7 @@ class RunDirectory:
 
     def truncate_metrics(self, last_step: int) -> None:
         """Drop records after ``last_step`` (written after the checkpoint a resume uses)."""
+        self.read_metrics()  # a record without its step is named before anything is cut
         truncate_jsonl(self.metrics_path, last_step)
 
 

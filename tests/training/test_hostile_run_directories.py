@@ -148,3 +148,16 @@ def test_a_diverged_evaluation_is_stored_as_json_and_read_back_as_nan(tmp_path) 
     }
     (record,) = run.read_metrics()
     assert math.isnan(record["loss"]) and math.isnan(record["r2"]) and record["step"] == 5
+
+
+@pytest.mark.parametrize("bad", [{"split": "test", "loss": 1.0}, {"step": "60", "split": "test"}])
+def test_a_metrics_row_without_a_whole_step_is_named(tmp_path, bad) -> None:
+    run = trained(tmp_path / "run", steps=20)
+    with open(run / "metrics.jsonl", "a") as handle:
+        handle.write(json.dumps(bad) + "\n")
+    before = snapshot(run)
+    with pytest.raises(ValueError, match=r"metrics\.jsonl record \d+ has no whole 'step'"):
+        Trainer.resume(run, quiet=True)
+    assert snapshot(run) == before
+    with pytest.raises(ValueError, match="restore the file or delete that line"):
+        RunDirectory(run).read_metrics()

@@ -247,6 +247,12 @@ def test_former_tracebacks_are_one_line_errors(tmp_path, capsys) -> None:
     code, err = cli([*train_flags(tmp_path / "e"), "--eval-examples", str(10**18)], capsys)
     assert code == 2 and "eval_examples=1,000,000,000,000,000,000 is invalid: at most" in err
     assert not (tmp_path / "d").exists() and not (tmp_path / "e").exists()
+    bad = tmp_path / "typo.json"  # a misspelt training key
+    bad.write_text(json.dumps({"train": {"stpes": 5}}))
+    code, err = cli([*train_flags(tmp_path / "f"), "--config", str(bad)], capsys)
+    assert code == 2 and "TrainConfig got unknown field(s) ['stpes']" in err
+    code, err = cli(["figures", str(tmp_path / "f"), "--formats", ""], capsys)
+    assert code == 2 and "--formats '' names no format" in err
 
 
 def test_damaged_tracking_files_and_rng_states_are_named(tmp_path, capsys) -> None:
