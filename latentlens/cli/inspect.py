@@ -8,6 +8,9 @@ import argparse
 from latentlens import __version__
 from latentlens.cli.choices import DEVICE_CHOICES, MODEL_CHOICES, TASK_CHOICES, VARIANT_NAMES
 
+# inspect runs one cached forward pass per attention variant: a look, not an evaluation
+MAX_INSPECT_BATCH = 4_096
+
 
 def add_inspect_parser(commands: argparse._SubParsersAction) -> None:
     inspect = commands.add_parser(
@@ -60,6 +63,8 @@ def run_inspect(args: argparse.Namespace) -> int:
 
     if args.batch <= 0:
         raise ValueError(f"--batch={args.batch} is invalid: it must be a positive integer")
+    if args.batch > MAX_INSPECT_BATCH:  # one forward pass with a cache, for a quick look
+        raise ValueError(f"--batch={args.batch:,} is invalid: at most {MAX_INSPECT_BATCH:,}")
     device = resolve_device(args.device)
     kind = canonical_kind(args.preset, args.model)
     variants = sorted(VARIANTS) if args.attention == "all" else [args.attention]

@@ -18,6 +18,7 @@ from latentlens.threads import MAX_THREADS
 # More examples per split than an evaluation can score in reasonable time (10^7 fuzzy-logic
 # examples take minutes on a CPU): a larger count is a typo, refused before it hangs.
 MAX_EVAL_EXAMPLES = 10_000_000
+FLOAT32_MAX = 3.4028234663852886e38
 
 
 def check_eval_examples(name: str, examples: int) -> None:
@@ -112,6 +113,11 @@ class TrainConfig(JsonConfig):
         require_non_negative(owner, "warmup_steps", self.warmup_steps, integer=True)
         for name in ("lr", "weight_decay", "min_lr_ratio", "grad_clip"):
             require_non_negative(owner, name, getattr(self, name))
+            if getattr(self, name) > FLOAT32_MAX:  # the optimiser holds it in float32
+                raise ValueError(
+                    f"{owner}.{name}={getattr(self, name):g} is invalid: at most "
+                    f"{FLOAT32_MAX:.3g}, the largest float32"
+                )
         if self.lr == 0:
             raise ValueError(f"{owner}.lr=0 is invalid: nothing would be learned")
         if self.min_lr_ratio > 1:

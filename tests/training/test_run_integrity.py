@@ -253,6 +253,11 @@ def test_former_tracebacks_are_one_line_errors(tmp_path, capsys) -> None:
     assert code == 2 and "TrainConfig got unknown field(s) ['stpes']" in err
     code, err = cli(["figures", str(tmp_path / "f"), "--formats", ""], capsys)
     assert code == 2 and "--formats '' names no format" in err
+    code, err = cli([*train_flags(tmp_path / "g"), "--lr", "1e308"], capsys)
+    assert code == 2 and "lr=1e+308 is invalid: at most 3.4e+38" in err
+    assert not (tmp_path / "g").exists()  # refused before the run directory is made
+    code, err = cli(["inspect", "--batch", str(10**18)], capsys)
+    assert code == 2 and "--batch=1,000,000,000,000,000,000 is invalid: at most 4,096" in err
 
 
 def test_damaged_tracking_files_and_rng_states_are_named(tmp_path, capsys) -> None:
