@@ -41,6 +41,7 @@ from latentlens.training import (
     list_checkpoints,
     model_for_task,
 )
+from latentlens.zoo import STAMP as ZOO_STAMP
 from latentlens.zoo import card as zoo_card
 from latentlens.zoo import run_directory as zoo_run_directory
 
@@ -216,8 +217,8 @@ def copy_zoo_run(name: str, run: Path) -> None:
     weights, and anything else there is refused."""
     source = zoo_run_directory(name)
     if RunDirectory(run).config_path.is_file():
-        stamp = run / ".zoo-sha256"  # the weights' checksum, as zoo.run_directory writes it
-        if stamp.is_file() and stamp.read_text() == (source / ".zoo-sha256").read_text():
+        stamp = run / ZOO_STAMP  # the weights' checksum, as zoo.run_directory writes it
+        if stamp.is_file() and stamp.read_text() == (source / ZOO_STAMP).read_text():
             return
         raise ValueError(f"{run} holds a different run; choose another --out or delete it")
     run.parent.mkdir(parents=True, exist_ok=True)

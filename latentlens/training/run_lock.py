@@ -17,6 +17,8 @@ import socket
 import time
 from pathlib import Path
 
+from latentlens.training.run_dir import refuse_link
+
 LOCK_FILE = ".lock"
 
 
@@ -86,10 +88,7 @@ class RunLock:
             fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
         except OSError as err:
             if err.errno == errno.ELOOP:
-                raise ValueError(
-                    f"{self.path} is a symbolic link; latentlens writes only files inside the "
-                    "run directory: remove it"
-                ) from None
+                refuse_link(self.path)
             raise ValueError(
                 f"{self.path} cannot be opened ({err.strerror}); the run directory must be writable"
             ) from None

@@ -398,7 +398,8 @@ class Trainer:
         """The checkpoint's weights, optimiser and RNG states: training continues from it."""
         self.restore_weights(checkpoint)
         # the optimiser's settings come from the config (a resume may change weight decay;
-        # a damaged setting in the checkpoint's metadata must not), its state from the file
+        # a damaged setting in the checkpoint's metadata must not), its state from the file;
+        # they include lr, the tensor the schedule updates in place
         groups = self.optimizer.param_groups
         settings = [{k: v for k, v in g.items() if k != "params"} for g in groups]
         try:
@@ -409,8 +410,6 @@ class Trainer:
             ) from None
         for group, setting in zip(self.optimizer.param_groups, settings, strict=True):
             group.update(setting)
-        for group in self.optimizer.param_groups:
-            group["lr"] = self.lr
         suffix = f"@{self.dist.rank}" if self.dist.rank else ""
         try:
             self.data_generator.set_state(checkpoint.rng["data"].to(torch.uint8))

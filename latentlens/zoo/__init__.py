@@ -32,6 +32,8 @@ MODELS = Path(__file__).resolve().parent / "models"
 PREFIX = "zoo:"
 CACHE_ENVIRONMENT = "LATENTLENS_CACHE"
 WEIGHTS, CARD, METRICS = "weights.safetensors", "card.json", "metrics.jsonl"
+# In a zoo run directory: the SHA-256 of the weights it was built from.
+STAMP = ".zoo-sha256"
 
 
 def names() -> list[str]:
@@ -101,7 +103,7 @@ def run_directory(name: str) -> Path:
     name = name.removeprefix(PREFIX)
     info = card(name)
     target = cache_root() / name
-    stamp = target / ".zoo-sha256"
+    stamp = target / STAMP
     if stamp.is_file() and stamp.read_text() == info["sha256"]:
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -113,7 +115,7 @@ def run_directory(name: str) -> Path:
         trainer.model.load_state_dict(load_file(str(weights)))
         trainer.step = info["training"]["steps"]
         trainer.checkpoint(evaluate=False)
-        (building / ".zoo-sha256").write_text(info["sha256"])
+        (building / STAMP).write_text(info["sha256"])
         shutil.rmtree(target, ignore_errors=True)
         os.replace(building, target)
     finally:
