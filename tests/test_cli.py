@@ -160,6 +160,7 @@ def test_the_command_lines_value_sets_are_the_librarys() -> None:
     from latentlens.models.encoder_decoder import FUSE_CHOICES
     from latentlens.models.fusion import CONNECTIONS
     from latentlens.probes.structure import EMBEDDINGS
+    from latentlens.reports.atlas import RELATION_SOURCES
     from latentlens.sweep.spec import MAX_CELLS
     from latentlens.tasks import SUPPORTS, TASK_ALIASES, TASKS
     from latentlens.training import PRECISIONS
@@ -179,6 +180,7 @@ def test_the_command_lines_value_sets_are_the_librarys() -> None:
     assert tuple(EMBEDDINGS) == cli_choices.EMBEDDINGS
     assert cli_choices.DEVICE_CHOICES == DEVICE_CHOICES
     assert cli_choices.MAX_CELLS == MAX_CELLS
+    assert cli_choices.RELATION_SOURCES == RELATION_SOURCES
     for device in cli_choices.DEVICE_CHOICES[:2]:
         resolve_device(device)
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from latentlens import zoo
+from latentlens.cache import CACHE_ENVIRONMENT
 from latentlens.cli.main import main
 from latentlens.training import Trainer
 
@@ -18,7 +19,7 @@ NAMES = zoo.names()
 @pytest.fixture(autouse=True)
 def cache(tmp_path: Path, monkeypatch) -> Path:
     """Run directories built under the test's own folder, never in the user's cache."""
-    monkeypatch.setenv(zoo.CACHE_ENVIRONMENT, str(tmp_path / "cache"))
+    monkeypatch.setenv(CACHE_ENVIRONMENT, str(tmp_path / "cache"))
     return tmp_path / "cache"
 
 

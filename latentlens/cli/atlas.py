@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from latentlens.cli.choices import DEVICE_CHOICES
+from latentlens.cli.choices import DEVICE_CHOICES, RELATION_SOURCES
 
 
 def add_atlas_parser(commands: argparse._SubParsersAction) -> None:
@@ -19,7 +19,12 @@ def add_atlas_parser(commands: argparse._SubParsersAction) -> None:
         "distances, three combinations held out) and write the atlas of its latent codes: "
         "OUT/report.md, OUT/report.html, OUT/results.json and OUT/figures/.",
     )
-    atlas.add_argument("model", metavar="MODEL", help="hub name (e.g. gpt2) or model folder")
+    atlas.add_argument(
+        "model",
+        metavar="MODEL",
+        help="a real model fetched with `latentlens models fetch` (smollm2-135m, minilm-l6), "
+        "a hub name (e.g. gpt2) or a model folder",
+    )
     atlas.add_argument("--out", type=Path, help="default: runs/atlas/<model name>")
     atlas.add_argument("--examples", type=int, default=3000, help="pairs (default: %(default)s)")
     atlas.add_argument("--seq-len", type=int, default=32, help="tokens per sequence (default: 32)")
@@ -28,6 +33,22 @@ def add_atlas_parser(commands: argparse._SubParsersAction) -> None:
         "--random-weights", action="store_true", help="the architecture with random weights"
     )
     atlas.add_argument("--no-ablation", action="store_true", help="skip the head ablations")
+    atlas.add_argument(
+        "--relation",
+        choices=RELATION_SOURCES,
+        default="repeated-tokens",
+        help="repeated-tokens: random tokens with one repeat; text: natural sentences with a "
+        "repeated one (previous / duplicate / induction / unrelated keys) (default: "
+        "%(default)s)",
+    )
+    atlas.add_argument(
+        "--padding-side", choices=("right", "left"), default="right",
+        help="where --relation text pads shorter sequences (default: right)",
+    )  # fmt: skip
+    atlas.add_argument(
+        "--detector-stories", type=int, default=8,
+        help="stories TransformerLens's head detector reads (0 skips it; default: 8)",
+    )  # fmt: skip
     atlas.add_argument("--device", choices=DEVICE_CHOICES, default="auto")
     atlas.set_defaults(handler=run_atlas_command)
 
@@ -38,7 +59,8 @@ def run_atlas_command(args: argparse.Namespace) -> int:
     out = args.out or Path("runs/atlas") / Path(args.model.rstrip("/")).name
     results = run_atlas(
         args.model, out, args.examples, args.seq_len, args.device, args.seed,
-        args.random_weights, not args.no_ablation,
+        args.random_weights, not args.no_ablation, args.relation, args.padding_side,
+        args.detector_stories,
     )  # fmt: skip
     overall = results["decoding"][0]
     print(

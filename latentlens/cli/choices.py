@@ -28,6 +28,7 @@ LOGGERS = ("tensorboard", "wandb")  # latentlens.training.loggers.LOGGERS
 MATPLOTLIB_FORMATS = ("png", "svg", "pdf", "html")  # latentlens.figures.save
 EMBEDDINGS = ("pca", "umap")  # latentlens.probes.structure.EMBEDDINGS
 MAX_CELLS = 10_000  # latentlens.sweep.spec.MAX_CELLS
+RELATION_SOURCES = ("repeated-tokens", "text")  # latentlens.reports.atlas.RELATION_SOURCES
 
 RUN_HELP = "a run directory, or zoo:NAME for a model of the zoo (`latentlens zoo` lists them)"
 

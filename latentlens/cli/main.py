@@ -14,6 +14,7 @@ from latentlens.cli.atlas import add_atlas_parser
 from latentlens.cli.choices import TASK_ALIASES
 from latentlens.cli.connect import add_connect_parser
 from latentlens.cli.inspect import add_inspect_parser
+from latentlens.cli.models import add_models_parser
 from latentlens.cli.sweep import add_sweep_parser
 from latentlens.cli.training import add_eval_parser, add_train_parser
 from latentlens.cli.zoo import add_zoo_parser
@@ -48,6 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_analysis_parsers(commands)
     add_atlas_parser(commands)
     add_zoo_parser(commands)
+    add_models_parser(commands)
     return parser
 
 

@@ -12,14 +12,23 @@ from latentlens.pretrained.bridge import (
     routing_matrix,
     save_bridged,
 )
-from latentlens.pretrained.language_model import load_language_model, write_tiny_gpt2
+from latentlens.pretrained.language_model import (
+    key_value_groups,
+    load_language_model,
+    write_tiny_gpt2,
+)
+from latentlens.pretrained.real_models import REAL_MODELS, fetch_model, model_folder
 
 __all__ = [
     "INITIALISATIONS",
+    "REAL_MODELS",
     "bridge_of",
+    "fetch_model",
     "insert_bridge",
+    "key_value_groups",
     "load_language_model",
     "load_bridged",
+    "model_folder",
     "remove_bridge",
     "routing_matrix",
     "save_bridged",

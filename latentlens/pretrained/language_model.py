@@ -14,6 +14,7 @@ from typing import Any
 
 from latentlens.devices import resolve_device
 from latentlens.pretrained.hub import offline_unless_reachable
+from latentlens.pretrained.real_models import REAL_MODELS, model_folder
 
 
 @contextlib.contextmanager
@@ -32,14 +33,19 @@ def quiet_transformers() -> Iterator[None]:
 
 
 def load_language_model(name: str, device: str = "auto", random_weights: bool = False) -> Any:
-    """A ``TransformerBridge`` (TransformerLens 4) of the Hugging Face model ``name`` (a hub
-    name such as ``gpt2``, which needs internet or the local cache, or a folder written
-    with ``save_pretrained``), in eval mode on ``device``. ``random_weights`` builds the
-    architecture from its config with fresh random weights (no weights are read).
-    Attention runs eagerly, so ``blocks.{l}.attn.hook_pattern`` holds the weights."""
+    """A ``TransformerBridge`` (TransformerLens 4) of the Hugging Face model ``name``: a
+    real model fetched with ``latentlens models fetch`` (``smollm2-135m``, ``minilm-l6``:
+    see :mod:`latentlens.pretrained.real_models`), a hub name such as ``gpt2`` (needs
+    internet or the local cache) or a folder written with ``save_pretrained``; in eval
+    mode on ``device``. ``random_weights`` builds the architecture from its config with
+    fresh random weights (no weights are read). Attention runs eagerly, so
+    ``blocks.{l}.attn.hook_pattern`` holds the weights (one row per query head, also
+    under grouped-query attention: :func:`key_value_groups` says which share keys)."""
     from transformer_lens.model_bridge import TransformerBridge  # noqa: PLC0415
 
     target = resolve_device(device)
+    if name in REAL_MODELS:
+        name = str(model_folder(name))
     if name.startswith(("/", "./", "../", "~")) and not Path(name).expanduser().is_dir():
         raise ValueError(f"no folder {name}: pass a Hugging Face hub name or an existing folder")
     try:
@@ -58,6 +64,22 @@ def load_language_model(name: str, device: str = "auto", random_weights: bool = 
         )
         raise ValueError(f"could not load the model {name!r}: {reason} ({where})") from None
     return model.eval()  # boot_transformers placed it (a .to() would print a line)
+
+
+def key_value_groups(model: Any) -> list[int]:
+    """For each query head, the key/value head it reads (``[n_heads]``): all different
+    under plain multi-head attention; under grouped-query attention (e.g. SmolLM2: 9 query
+    heads on 3 key/value heads) heads ``g * r .. (g + 1) * r - 1`` share key/value head
+    ``g``, ``r = n_heads / n_key_value_heads``, as transformers' ``repeat_kv`` lays them
+    out. The latent code of a pair is still the vector over every query head."""
+    config = getattr(getattr(model, "original_model", model), "config", None)
+    heads = getattr(config, "num_attention_heads", None) or getattr(model.cfg, "n_heads", None)
+    if not heads:
+        raise ValueError(f"a {type(model).__name__} does not say how many heads it has")
+    shared = getattr(config, "num_key_value_heads", None) or heads
+    if heads % shared:
+        raise ValueError(f"{heads} query heads do not split into {shared} key/value groups")
+    return [head // (heads // shared) for head in range(heads)]
 
 
 def write_tiny_gpt2(

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from latentlens.probes.source import HookedLike, LabelledSource, check_hooked
+from latentlens.probes.source import HookedLike, LabelledSource, check_hooked, forward_kwargs
 from latentlens.tasks import Batch
 
 Selector = Callable[[torch.Tensor, Batch], torch.Tensor]
@@ -84,8 +84,8 @@ def extract(
     try:
         for batch in batches:
             size = len(batch)
-            inputs = source.model_inputs(batch)
-            _, cache = model.run_with_cache(*inputs, names_filter=lambda n: n in wanted)
+            inputs, options = source.model_inputs(batch), forward_kwargs(source, batch)
+            _, cache = model.run_with_cache(*inputs, names_filter=lambda n: n in wanted, **options)
             kept = {n: select.get(n, last_position)(cache[n], batch) for n in hook_names}
             del cache
             for name, value in kept.items():

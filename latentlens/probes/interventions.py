@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from latentlens.models import pattern_hook_name
-from latentlens.probes.source import HookedLike, LabelledSource
+from latentlens.probes.source import HookedLike, LabelledSource, forward_kwargs
 from latentlens.tasks import Batch
 
 Hook = tuple[str, Callable]
@@ -79,9 +79,9 @@ def task_metric(
     off the same forward pass."""
     was_training = model.training
     model.eval()
-    inputs = task.model_inputs(batch)
+    inputs, options = task.model_inputs(batch), forward_kwargs(task, batch)
     try:
-        output = model.run_with_hooks(*inputs, fwd_hooks=hooks)
+        output = model.run_with_hooks(*inputs, fwd_hooks=hooks, **options)
     finally:
         model.train(was_training)
     values = task.metrics(output, batch)
@@ -172,9 +172,10 @@ def head_ablation_table(
         raise ValueError("the model has no blocks.{l}.attn.hook_z hook point to ablate")
     baseline = task_metric(model, task, batch, [], metric)
     rows = []
-    first = [x[:1] for x in task.model_inputs(batch)]
+    first = rows_of(batch, slice(0, 1))
+    first_inputs, first_options = task.model_inputs(first), forward_kwargs(task, first)
     for prefix, layer, name in found:
-        _, cache = model.run_with_cache(*first, names_filter=[name])
+        _, cache = model.run_with_cache(*first_inputs, names_filter=[name], **first_options)
         for head in range(cache[name].shape[2]):
             hook = _head_ablation(model, layer, head, mode, prefix)
             result = compare(baseline, task_metric(model, task, batch, [hook], baseline.metric))
@@ -192,7 +193,9 @@ def _pattern_hook(model: HookedLike, layer: int, prefix: str, module: str) -> st
 def _pattern(model: HookedLike, task: LabelledSource, batch: Batch, name: str) -> torch.Tensor:
     """The attention weights of hook ``name`` on ``batch``: ``[batch, head, query, key]``."""
     with torch.no_grad():
-        _, cache = model.run_with_cache(*task.model_inputs(batch), names_filter=[name])
+        _, cache = model.run_with_cache(
+            *task.model_inputs(batch), names_filter=[name], **forward_kwargs(task, batch)
+        )
     return cache[name]
 
 

@@ -38,7 +38,11 @@ class TokenPairs:
     - ``factors`` ``[n, f]``: the factors that generate the example (for topographic
       similarity and held-out combinations), ``groups`` ``[n]``: its combination id;
     - ``answer`` ``[n]``: the token the model should predict at the query (``-1``: none),
-      which the interventions score.
+      which the interventions score;
+    - ``attention_mask`` ``[n, pos]`` (optional): 1 at real tokens, 0 at padding (left or
+      right), for sequences of different lengths; passed to the model as
+      ``attention_mask``, and the query and keys must be real tokens, so padding never
+      enters a code, a decoder or an ablation's score.
 
     Build it with :meth:`build`, which checks every shape and names what is wrong.
     """
@@ -55,6 +59,7 @@ class TokenPairs:
     factor_names: tuple[str, ...]
     description: str = ""
     splits: tuple[str, ...] = SPLITS
+    attention_mask: torch.Tensor | None = None
 
     @classmethod
     def build(
@@ -69,9 +74,11 @@ class TokenPairs:
         factor_names: Sequence[str] | None = None,
         answer: torch.Tensor | Sequence[int] | None = None,
         description: str = "",
+        attention_mask: torch.Tensor | None = None,
     ) -> TokenPairs:
         """Validated pairs; ``keys`` may be ``[n]`` (one key each). ``factors`` default to
-        the label alone, ``groups`` are the distinct factor rows, ``answer`` to none."""
+        the label alone, ``groups`` are the distinct factor rows, ``answer`` to none,
+        ``attention_mask`` to none (no padding)."""
         tokens = torch.as_tensor(tokens)
         if tokens.ndim != 2 or tokens.dtype.is_floating_point or tokens.dtype == torch.bool:
             raise ValueError(
@@ -94,6 +101,7 @@ class TokenPairs:
         for name, value in (("query", query), ("keys", keys)):
             if value.min() < 0 or value.max() >= pos:
                 raise ValueError(f"{name} holds positions outside [0, {pos - 1}] (the tokens')")
+        mask = _checked_mask(attention_mask, tokens, query, keys)
         names = tuple(label_names or (str(i) for i in range(int(label.max()) + 1)))
         if label.min() < 0 or label.max() >= len(names):
             raise ValueError(f"label holds ids outside [0, {len(names) - 1}] (label_names')")
@@ -112,7 +120,7 @@ class TokenPairs:
                 f"factor_names has {len(factor_names)} names for {factors.shape[1]} factors"
             )
         return cls(tokens.long(), query, keys, label, ood, factors, groups, answer, names,
-                   factor_names, description)  # fmt: skip
+                   factor_names, description, attention_mask=mask)  # fmt: skip
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -151,11 +159,20 @@ class TokenPairs:
             "query": self.query[index], "keys": self.keys[index], "label": self.label[index],
             "factors": self.factors[index], "groups": self.groups[index], "index": index,
         }  # fmt: skip
+        if self.attention_mask is not None:
+            labels["attention_mask"] = self.attention_mask[index]
         return Batch(self.tokens[index], self.answer[index], labels)
 
     @staticmethod
     def model_inputs(batch: Batch) -> tuple[torch.Tensor, ...]:
         return (batch.inputs,)
+
+    @staticmethod
+    def model_kwargs(batch: Batch) -> dict[str, torch.Tensor]:
+        """``attention_mask`` where the sequences are padded, else nothing (a latentlens
+        token model takes no mask)."""
+        mask = batch.labels.get("attention_mask")
+        return {} if mask is None else {"attention_mask": mask}
 
     @staticmethod
     def metrics(output: torch.Tensor, batch: Batch) -> dict[str, torch.Tensor]:
@@ -175,6 +192,33 @@ class TokenPairs:
             "answer_accuracy": (logits.argmax(-1) == answer).float().mean(),
             "answer_logprob": logprob.mean(),
         }
+
+
+def _checked_mask(
+    mask: torch.Tensor | None, tokens: torch.Tensor, query: torch.Tensor, keys: torch.Tensor
+) -> torch.Tensor | None:
+    """``mask`` as a long 0/1 tensor of the tokens' shape, checked: every query and key is a
+    real token (a pair on padding would read a code the model never computes)."""
+    if mask is None:
+        return None
+    mask = torch.as_tensor(mask)
+    if mask.shape != tokens.shape:
+        raise ValueError(
+            f"attention_mask has shape {list(mask.shape)}, the tokens {list(tokens.shape)}: "
+            "give one 0/1 entry per token"
+        )
+    if not bool(((mask == 0) | (mask == 1)).all()):
+        raise ValueError("attention_mask holds values other than 0 and 1")
+    mask = mask.long()
+    rows = torch.arange(len(tokens))
+    on_padding = (mask[rows, query] == 0) | (mask[rows[:, None], keys] == 0).any(dim=1)
+    if bool(on_padding.any()):
+        first = int(on_padding.nonzero()[0])
+        raise ValueError(
+            f"example {first}'s query or key lies on padding (attention_mask 0); pairs must "
+            "join real tokens"
+        )
+    return mask
 
 
 def pair_codes(

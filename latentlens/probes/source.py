@@ -13,6 +13,8 @@ A **labelled source** provides inputs with labels, batch by batch:
   :class:`~latentlens.tasks.Batch` es, ``examples`` examples in all. Each batch's ``labels``
   hold ``[batch, ...]`` tensors, one row per example;
 - ``model_inputs(batch)``: the positional arguments of the model's forward;
+- optionally ``model_kwargs(batch)``: its keyword arguments (e.g. ``attention_mask`` for
+  padded token sequences; :func:`forward_kwargs`);
 - ``metrics(output, batch)``: ``{name: scalar tensor}`` of the model's output, used by the
   interventions (ablation, patching) to say what changed.
 
@@ -57,6 +59,14 @@ class LabelledSource(Protocol):
     def model_inputs(self, batch: Batch) -> tuple[torch.Tensor, ...]: ...
 
     def metrics(self, output: torch.Tensor, batch: Batch) -> dict[str, torch.Tensor]: ...
+
+
+def forward_kwargs(source: Any, batch: Batch) -> dict[str, Any]:
+    """The keyword arguments of the model's forward on ``batch``: the source's
+    ``model_kwargs(batch)`` where it has that method (padded text passes its
+    ``attention_mask``), else none."""
+    method = getattr(source, "model_kwargs", None)
+    return dict(method(batch)) if method is not None else {}
 
 
 def check_hooked(model: Any) -> None:

@@ -1,10 +1,13 @@
 """``latentlens atlas MODEL``: the latent-code atlas of a language model, written as
 ``results.json``, figures, ``report.md`` and a self-contained ``report.html``.
 
-MODEL is a Hugging Face model TransformerLens's ``TransformerBridge`` supports, by hub name
+MODEL is a Hugging Face model TransformerLens's ``TransformerBridge`` supports: a real
+model fetched with ``latentlens models fetch`` (``smollm2-135m``, ``minilm-l6``), a hub name
 (``gpt2``: needs internet once) or a folder written with ``save_pretrained``. The pairs are
 :func:`latentlens.probes.relations.repeated_token_pairs` over the model's vocabulary (its
-special tokens left out, its BOS token first where the model prepends one).
+special tokens left out, its BOS token first where the model prepends one), or with
+``relation="text"`` :func:`latentlens.probes.text_relations.text_relation_pairs`: natural
+text with a repeated sentence, padded sequences of different lengths.
 """
 
 from __future__ import annotations
@@ -19,9 +22,14 @@ from latentlens.figures.interactive import code_embedding_plotly
 from latentlens.figures.probes import code_embedding, decoding_by_head, head_ablation
 from latentlens.figures.save import save_figure
 from latentlens.probes.atlas import latent_atlas
+from latentlens.probes.head_types import HEAD_TYPES, head_type_scores, top_heads
+from latentlens.probes.pairs import TokenPairs
 from latentlens.probes.relations import repeated_token_pairs
+from latentlens.probes.text_relations import text_relation_pairs
 from latentlens.reports.report import Section, write_report
 from latentlens.training.checkpoint import atomic_write_bytes
+
+RELATION_SOURCES = ("repeated-tokens", "text")
 
 
 def _with_error(row: dict[str, Any], key: str) -> str:
@@ -88,6 +96,54 @@ def _heads_section(results: dict[str, Any], figure: Path) -> Section:
     )  # fmt: skip
 
 
+def _groups_text(groups: list[int]) -> str:
+    """Which query heads share a key/value head, in words."""
+    shared = sorted(set(groups))
+    if len(shared) == len(groups):
+        return "Every head has its own keys and values (multi-head attention)."
+    sets = "; ".join(
+        f"h{', h'.join(str(h) for h, g in enumerate(groups) if g == kv)} share key/value head {kv}"
+        for kv in shared
+    )
+    return (
+        f"Grouped-query attention: {len(groups)} query heads on {len(shared)} key/value heads "
+        f"({sets}). A pair's code is the vector over all {len(groups)} query heads; heads "
+        "that share keys and values differ only in their queries."
+    )
+
+
+def _head_types_section(results: dict[str, Any]) -> Section:
+    types = results["head_types"]
+    singles = {
+        (r["layer"], int(r["heads"][1:])): r
+        for r in results["decoding"]
+        if r["layer"] != "all" and r["heads"].startswith("h")
+    }
+    table = []
+    for kind in HEAD_TYPES:
+        for layer, head, score in top_heads(types, kind):
+            alone = singles.get((layer, head))
+            table.append({
+                "head type": kind.replace("_", " "), "layer": layer, "head": head,
+                "detector score": f"{score:.2f}",
+                "relation decoded from this head alone (OOD)":
+                    _with_error(alone, "test") if alone else "-",
+            })  # fmt: skip
+    return Section(
+        "Head types: the detector beside the codes",
+        [
+            "TransformerLens's head detector (`transformer_lens.head_detector.detect_head`) "
+            "scores each head by the share of its attention that falls where a previous-token, "
+            "duplicate-token or induction head would put it, on "
+            f"{types['stories']} stories with a repeated sentence (0 to 1). The three "
+            "highest-scoring heads of each type, beside the relation decoded from that "
+            "head's code alone on the held-out combinations.",
+            _groups_text(results["key_value_groups"]),
+        ],
+        table,
+    )
+
+
 def _clustering_section(results: dict[str, Any]) -> Section:
     table = [
         {"layer": r["layer"], **{k: "-" if r[k] is None else r[k] for k in ("ari", "ami", "nmi",
@@ -135,6 +191,7 @@ def write_atlas(results: dict[str, Any], out_dir: str | Path) -> tuple[Path, Pat
     sections += [
         _decoding_section(results, decoding),
         _heads_section(results, weights),
+        *([_head_types_section(results)] if "head_types" in results else []),
         _clustering_section(results),
         Section(
             "The codes in two dimensions",
@@ -158,6 +215,25 @@ def write_atlas(results: dict[str, Any], out_dir: str | Path) -> tuple[Path, Pat
     return write_report(root, f"Latent-code atlas of {results['model']}", sections)
 
 
+def atlas_pairs(
+    model: Any, relation: str, examples: int, seq_len: int, seed: int, padding_side: str
+) -> TokenPairs:
+    """The labelled pairs of ``relation`` (one of :data:`RELATION_SOURCES`) for ``model``,
+    tokenised by its own tokenizer."""
+    tokenizer = getattr(model, "tokenizer", None)
+    if relation == "text":
+        if tokenizer is None:
+            raise ValueError("relation 'text' needs the model's tokenizer; this model has none")
+        return text_relation_pairs(tokenizer, examples, seed, padding_side)
+    if relation != "repeated-tokens":
+        raise ValueError(f"relation={relation!r} is unknown; choose one of {RELATION_SOURCES}")
+    special = list(getattr(tokenizer, "all_special_ids", []) or [])
+    bos = getattr(tokenizer, "bos_token_id", None) if model.cfg.default_prepend_bos else None
+    return repeated_token_pairs(
+        model.cfg.d_vocab, examples, seq_len, seed, bos_token_id=bos, exclude=special
+    )
+
+
 def run_atlas(
     model_name: str,
     out_dir: str | Path,
@@ -167,18 +243,24 @@ def run_atlas(
     seed: int = 0,
     random_weights: bool = False,
     ablation: bool = True,
+    relation: str = "repeated-tokens",
+    padding_side: str = "right",
+    detector_stories: int = 8,
 ) -> dict[str, Any]:
-    """Load ``model_name``, build its repeated-token pairs, compute and write the atlas."""
-    from latentlens.pretrained.language_model import load_language_model  # noqa: PLC0415
+    """Load ``model_name``, build its pairs of ``relation``, compute and write the atlas,
+    with which query heads share key/value heads and the head detector's head types
+    (``detector_stories`` stories; 0 skips the detector)."""
+    from latentlens.pretrained.language_model import (  # noqa: PLC0415
+        key_value_groups,
+        load_language_model,
+    )
 
     model = load_language_model(model_name, device, random_weights=random_weights)
-    tokenizer = getattr(model, "tokenizer", None)
-    special = list(getattr(tokenizer, "all_special_ids", []) or [])
-    bos = getattr(tokenizer, "bos_token_id", None) if model.cfg.default_prepend_bos else None
-    pairs = repeated_token_pairs(
-        model.cfg.d_vocab, examples, seq_len, seed, bos_token_id=bos, exclude=special
-    )
+    pairs = atlas_pairs(model, relation, examples, seq_len, seed, padding_side)
     name = model_name + (" (random weights)" if random_weights else "")
     results = latent_atlas(model, pairs, name, seed=seed, ablation=ablation)
+    results["key_value_groups"] = key_value_groups(model)
+    if detector_stories:
+        results["head_types"] = head_type_scores(model, detector_stories, seed)
     write_atlas(results, out_dir)
     return results

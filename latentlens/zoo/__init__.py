@@ -24,13 +24,14 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from latentlens.cache import cache_base
+
 if TYPE_CHECKING:
     from latentlens.models import HookedModel
     from latentlens.tasks import Task
 
 MODELS = Path(__file__).resolve().parent / "models"
 PREFIX = "zoo:"
-CACHE_ENVIRONMENT = "LATENTLENS_CACHE"
 WEIGHTS, CARD, METRICS = "weights.safetensors", "card.json", "metrics.jsonl"
 # In a zoo run directory: the SHA-256 of the weights it was built from.
 STAMP = ".zoo-sha256"
@@ -85,8 +86,7 @@ def verified_weights(name: str) -> Path:
 def cache_root() -> Path:
     """Where the zoo's run directories are built: ``$LATENTLENS_CACHE/zoo``, else
     ``~/.cache/latentlens/zoo``."""
-    base = os.environ.get(CACHE_ENVIRONMENT)
-    return (Path(base) if base else Path.home() / ".cache" / "latentlens") / "zoo"
+    return cache_base() / "zoo"
 
 
 def run_directory(name: str) -> Path:

