@@ -3,7 +3,7 @@
 - Nothing reaches the network: Hugging Face libraries run offline, so a test that would
   download fails at once instead of hanging or passing on a cached file.
 - One thread count for the whole session, chosen once at its start as the command line
-  chooses (``latentlens.threads``: the CPUs free then) and given to every process the tests
+  chooses (``latentlens.threads``: the CPUs free then, shared among pytest-xdist's workers) and given to every process the tests
   start (``LATENTLENS_THREADS``, ``OMP_NUM_THREADS``: the notebooks' kernels, the CLI
   subprocesses). On a busy machine the tests then take the free cores instead of fighting
   the neighbours for all of them; and a test comparing two runs bit for bit never sees
@@ -18,7 +18,10 @@ from latentlens.threads import ENVIRONMENT, choose_threads
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
-THREADS = choose_threads()
+# Under pytest-xdist (pyproject's addopts run a worker per CPU) the free CPUs are shared out
+# among the workers: a worker's tests compute with its share.
+WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+THREADS = max(1, choose_threads() // WORKERS)
 os.environ[ENVIRONMENT] = str(THREADS)
 os.environ.setdefault("OMP_NUM_THREADS", str(THREADS))
 torch.set_num_threads(THREADS)

@@ -46,6 +46,10 @@ def add_atlas_parser(commands: argparse._SubParsersAction) -> None:
         help="where --relation text pads shorter sequences (default: right)",
     )  # fmt: skip
     atlas.add_argument(
+        "--ablation-examples", type=int, default=256,
+        help="pairs each head's ablation is scored on (one forward pass per head; default: 256)",
+    )  # fmt: skip
+    atlas.add_argument(
         "--detector-stories", type=int, default=8,
         help="stories TransformerLens's head detector reads (0 skips it; default: 8)",
     )  # fmt: skip
@@ -56,11 +60,18 @@ def add_atlas_parser(commands: argparse._SubParsersAction) -> None:
 def run_atlas_command(args: argparse.Namespace) -> int:
     from latentlens.reports.atlas import run_atlas  # noqa: PLC0415 (imports transformers)
 
+    limits = (
+        ("--ablation-examples", args.ablation_examples, 1, 4096),
+        ("--detector-stories", args.detector_stories, 0, 256),
+    )
+    for option, value, low, high in limits:
+        if not low <= value <= high:
+            raise ValueError(f"{option} {value} is invalid: give an integer from {low} to {high}")
     out = args.out or Path("runs/atlas") / Path(args.model.rstrip("/")).name
     results = run_atlas(
         args.model, out, args.examples, args.seq_len, args.device, args.seed,
         args.random_weights, not args.no_ablation, args.relation, args.padding_side,
-        args.detector_stories,
+        args.detector_stories, args.ablation_examples,
     )  # fmt: skip
     overall = results["decoding"][0]
     print(

@@ -22,7 +22,7 @@ from latentlens.probes.pairs import TokenPairs, pair_codes
 from latentlens.probes.source import HookedLike, pattern_hooks
 from latentlens.probes.structure import all_identical, cluster_scores
 
-# Pairs of one batch scored with and without each head (the ablation table).
+# Pairs of one batch scored with and without each head (the ablation table), by default.
 ABLATION_EXAMPLES = 256
 SCORES = ("ari", "ami", "nmi", "nmi_shuffled")
 
@@ -115,6 +115,7 @@ def latent_atlas(
     embedding: str = "pca",
     ablation: bool = True,
     batch_size: int = 128,
+    ablation_examples: int = ABLATION_EXAMPLES,
 ) -> dict[str, Any]:
     """The atlas of ``model`` on ``pairs`` (see the module's docstring): a dict with
     ``decoding`` (rows of :func:`~latentlens.probes.decoding.decoding_table`, fit on half
@@ -122,8 +123,8 @@ def latent_atlas(
     each with its binomial standard error ``_se``),
     ``clustering`` (per layer), ``mean_weight`` (per layer, head and relation),
     ``embedding`` (2-D, of the layer decoded best OOD), ``ablation`` (zeroing each head's
-    output, change in the log-probability of the answer; where the pairs have answers)
-    and ``degenerate`` (named problems)."""
+    output, change in the log-probability of the answer on ``ablation_examples`` pairs;
+    where the pairs have answers) and ``degenerate`` (named problems)."""
     layers = pattern_hooks(model)
     ident = pair_codes(model, pairs, "id", batch_size=batch_size, seed=seed)
     ood = pair_codes(model, pairs, "ood", batch_size=batch_size, seed=seed)
@@ -158,7 +159,7 @@ def latent_atlas(
     }
     results["embedding"]["layer"] = best
     if ablation and bool((pairs.answer >= 0).any()):
-        index = torch.arange(len(pairs))[pairs.answer >= 0][:ABLATION_EXAMPLES]
+        index = torch.arange(len(pairs))[pairs.answer >= 0][:ablation_examples]
         results["ablation"] = head_ablation_table(
             model, pairs, pairs.batch(index), metric="answer_logprob"
         )

@@ -21,7 +21,7 @@ from latentlens.figures.atlas import relation_weights
 from latentlens.figures.interactive import code_embedding_plotly
 from latentlens.figures.probes import code_embedding, decoding_by_head, head_ablation
 from latentlens.figures.save import save_figure
-from latentlens.probes.atlas import latent_atlas
+from latentlens.probes.atlas import ABLATION_EXAMPLES, latent_atlas
 from latentlens.probes.head_types import HEAD_TYPES, head_type_scores, top_heads
 from latentlens.probes.pairs import TokenPairs
 from latentlens.probes.relations import repeated_token_pairs
@@ -246,10 +246,13 @@ def run_atlas(
     relation: str = "repeated-tokens",
     padding_side: str = "right",
     detector_stories: int = 8,
+    ablation_examples: int = ABLATION_EXAMPLES,
 ) -> dict[str, Any]:
     """Load ``model_name``, build its pairs of ``relation``, compute and write the atlas,
     with which query heads share key/value heads and the head detector's head types
-    (``detector_stories`` stories; 0 skips the detector)."""
+    (``detector_stories`` stories; 0 skips the detector). The head ablations (one forward
+    pass of ``ablation_examples`` pairs per head) score the next token, so they run on
+    causal language models only."""
     from latentlens.pretrained.language_model import (  # noqa: PLC0415
         key_value_groups,
         load_language_model,
@@ -258,7 +261,11 @@ def run_atlas(
     model = load_language_model(model_name, device, random_weights=random_weights)
     pairs = atlas_pairs(model, relation, examples, seq_len, seed, padding_side)
     name = model_name + (" (random weights)" if random_weights else "")
-    results = latent_atlas(model, pairs, name, seed=seed, ablation=ablation)
+    causal = type(model.original_model).__name__.endswith(("ForCausalLM", "LMHeadModel"))
+    results = latent_atlas(
+        model, pairs, name, seed=seed, ablation=ablation and causal,
+        ablation_examples=ablation_examples,
+    )  # fmt: skip
     results["key_value_groups"] = key_value_groups(model)
     if detector_stories:
         results["head_types"] = head_type_scores(model, detector_stories, seed)
