@@ -3,11 +3,11 @@
 - Nothing reaches the network: Hugging Face libraries run offline, so a test that would
   download fails at once instead of hanging or passing on a cached file.
 - One thread count for the whole session, chosen once at its start as the command line
-  chooses (``latentlens.threads``: the CPUs free then, shared among pytest-xdist's workers) and given to every process the tests
-  start (``LATENTLENS_THREADS``, ``OMP_NUM_THREADS``: the notebooks' kernels, the CLI
-  subprocesses). On a busy machine the tests then take the free cores instead of fighting
-  the neighbours for all of them; and a test comparing two runs bit for bit never sees
-  their thread counts differ.
+  chooses (``latentlens.threads``: the CPUs free then, shared among pytest-xdist's
+  workers) and given to every process the tests start (``LATENTLENS_THREADS``,
+  ``OMP_NUM_THREADS``: the notebooks' kernels, the CLI subprocesses). On a busy machine
+  the tests then take the free cores instead of fighting the neighbours for all of them;
+  and a test comparing two runs bit for bit never sees their thread counts differ.
 """
 
 import os

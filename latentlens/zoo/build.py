@@ -13,8 +13,9 @@ import torch
 from safetensors.torch import save_file
 
 from latentlens import __version__
+from latentlens.cache import file_sha256
 from latentlens.training import Trainer
-from latentlens.zoo import CARD, METRICS, MODELS, WEIGHTS, file_sha256
+from latentlens.zoo import CARD, METRICS, MODELS, WEIGHTS
 
 
 def card_metrics(trainer: Trainer, examples: int) -> dict[str, dict[str, float]]:
