@@ -118,7 +118,7 @@ def measure(
     return compare(baseline, task_metric(model, task, batch, hooks, baseline.metric))
 
 
-def _head_ablation(model: HookedLike, layer: int, head: int, mode: str, prefix: str) -> Hook:
+def head_ablation_hook(model: HookedLike, layer: int, head: int, mode: str, prefix: str) -> Hook:
     """The hook that replaces head ``head``'s ``z`` in ``layer`` (see :func:`ablate_head`)."""
     if mode not in ("zero", "mean"):
         raise ValueError(f"mode={mode!r} is invalid: choose 'zero' or 'mean'")
@@ -148,7 +148,9 @@ def ablate_head(
 ) -> InterventionResult:
     """Replace head ``head``'s output ``z`` in ``layer`` by zeros or by its mean over the
     batch and positions (``mode``: ``zero`` or ``mean``)."""
-    return measure(model, task, batch, [_head_ablation(model, layer, head, mode, prefix)], metric)
+    return measure(
+        model, task, batch, [head_ablation_hook(model, layer, head, mode, prefix)], metric
+    )
 
 
 def head_ablation_table(
@@ -177,7 +179,7 @@ def head_ablation_table(
     for prefix, layer, name in found:
         _, cache = model.run_with_cache(*first_inputs, names_filter=[name], **first_options)
         for head in range(cache[name].shape[2]):
-            hook = _head_ablation(model, layer, head, mode, prefix)
+            hook = head_ablation_hook(model, layer, head, mode, prefix)
             result = compare(baseline, task_metric(model, task, batch, [hook], baseline.metric))
             rows.append({"prefix": prefix, "layer": layer, "head": head, **result.to_dict()})
     return rows
