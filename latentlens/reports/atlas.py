@@ -217,6 +217,15 @@ def write_atlas(results: dict[str, Any], out_dir: str | Path) -> tuple[Path, Pat
     return write_report(root, f"Latent-code atlas of {results['model']}", sections)
 
 
+def _random_token_ends(model: Any) -> tuple[int | None, list[int]]:
+    """For random-token sequences of ``model``: the BOS token they start with (where the
+    model prepends one) and the special tokens they leave out."""
+    tokenizer = getattr(model, "tokenizer", None)
+    special = list(getattr(tokenizer, "all_special_ids", []) or [])
+    bos = getattr(tokenizer, "bos_token_id", None) if model.cfg.default_prepend_bos else None
+    return bos, special
+
+
 def atlas_pairs(
     model: Any, relation: str, examples: int, seq_len: int, seed: int, padding_side: str
 ) -> TokenPairs:
@@ -229,8 +238,7 @@ def atlas_pairs(
         return text_relation_pairs(tokenizer, examples, seed, padding_side)
     if relation != "repeated-tokens":
         raise ValueError(f"relation={relation!r} is unknown; choose one of {RELATION_SOURCES}")
-    special = list(getattr(tokenizer, "all_special_ids", []) or [])
-    bos = getattr(tokenizer, "bos_token_id", None) if model.cfg.default_prepend_bos else None
+    bos, special = _random_token_ends(model)
     return repeated_token_pairs(
         model.cfg.d_vocab, examples, seq_len, seed, bos_token_id=bos, exclude=special
     )
@@ -243,9 +251,7 @@ INDUCTION_HEADS, INDUCTION_SEQUENCES, INDUCTION_HALF, INDUCTION_DRAWS = 3, 32, 2
 def _induction_check(model: Any, head_types: dict[str, Any], seed: int) -> dict[str, Any]:
     """Ablate the detector's top induction heads against random heads of the same layers
     (:func:`latentlens.probes.induction.induction_ablation`)."""
-    tokenizer = getattr(model, "tokenizer", None)
-    special = list(getattr(tokenizer, "all_special_ids", []) or [])
-    bos = getattr(tokenizer, "bos_token_id", None) if model.cfg.default_prepend_bos else None
+    bos, special = _random_token_ends(model)
     tokens = repeated_random_tokens(model.cfg.d_vocab, INDUCTION_SEQUENCES, INDUCTION_HALF,
                                     seed, bos_token_id=bos, exclude=special)  # fmt: skip
     heads = [(layer, head) for layer, head, _ in top_heads(head_types, "induction_head",

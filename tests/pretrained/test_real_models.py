@@ -25,7 +25,7 @@ from latentlens.pretrained import (
 from latentlens.probes import TokenPairs, pair_codes
 from latentlens.probes.text_relations import HELD_OUT, RELATIONS, text_relation_pairs
 
-from .tiny_models import word_tokenizer, write_tiny_bert, write_tiny_llama
+from .tiny_models import extraction_order, word_tokenizer, write_tiny_bert, write_tiny_llama
 
 # Attention weights of the same float32 model computed twice (bridge and transformers, or
 # padded and unpadded): the same operations, so equal up to a few float32 roundings of
@@ -37,11 +37,6 @@ ROUNDING = 1e-5
 def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv(CACHE_ENVIRONMENT, str(tmp_path / "cache"))
     return tmp_path / "cache"
-
-
-def extraction_order(pairs: TokenPairs, split: str, seed: int = 0) -> torch.Tensor:
-    """The rows of ``split`` in the order pair_codes reads them with ``seed``."""
-    return torch.cat([batch.labels["index"] for batch in pairs.labelled_batches(split, seed=seed)])
 
 
 def minilm_wheel(tmp_path: Path) -> Path:

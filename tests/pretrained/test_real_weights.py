@@ -22,6 +22,8 @@ from latentlens.probes.head_types import head_type_scores, top_heads
 from latentlens.probes.linear import classifier_decoding
 from latentlens.probes.text_relations import text_relation_pairs
 
+from .tiny_models import extraction_order
+
 # Two float32 computations of the same attention weights (weights at most 1), through
 # operations in a different order (the bridge's hooked modules, transformers' eager path).
 ROUNDING = 1e-5
@@ -47,10 +49,6 @@ def smollm2() -> Any:
 @pytest.fixture(scope="module")
 def minilm() -> Any:
     return real("minilm-l6")
-
-
-def extraction_order(pairs: Any, split: str) -> torch.Tensor:
-    return torch.cat([b.labels["index"] for b in pairs.labelled_batches(split, seed=0)])
 
 
 def assert_codes_are_transformers(bridge: Any, reference: Any, side: str, encoder: bool) -> None:

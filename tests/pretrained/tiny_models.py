@@ -16,6 +16,7 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
+from latentlens.probes import TokenPairs
 from latentlens.probes import text_relations as grammar
 
 SPECIAL = ("<pad>", "<unk>", "<s>", "[CLS]", "[SEP]")
@@ -68,3 +69,8 @@ def write_tiny_bert(folder: Path, seed: int = 0) -> Path:
     BertModel(config).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
+
+
+def extraction_order(pairs: TokenPairs, split: str, seed: int = 0) -> torch.Tensor:
+    """The rows of ``split`` in the order pair_codes reads them with ``seed``."""
+    return torch.cat([batch.labels["index"] for batch in pairs.labelled_batches(split, seed=seed)])
