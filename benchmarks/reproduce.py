@@ -41,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # the reproduction pac
 
 from reproduction import (  # noqa: E402
     connection_section,
+    fuzzy_logic_a1_ablations_section,
     fuzzy_logic_a1_section,
     fuzzy_logic_section,
     hyperteacher_plus_section,
@@ -72,6 +73,7 @@ EXPERIMENTS: dict[str, ModuleType] = {
 SECTIONS: dict[str, ModuleType] = {
     "sraven-main": sraven_main_section,
     "fuzzy-logic-a1": fuzzy_logic_a1_section,
+    "fuzzy-logic-a1-ablations": fuzzy_logic_a1_ablations_section,
     "hyperteacher-connected-plus": hyperteacher_plus_section,
 }
 SIZES = ("cpu", "gpu", "tiny")

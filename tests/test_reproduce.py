@@ -168,6 +168,7 @@ def test_the_gpu_sections_plan_in_seed_groups(reproduce, tmp_path: Path, capsys)
     # one run's step, 53.5 if grouping gains nothing
     assert "sraven-main: 9 runs (9 in 3 seed groups), 1,406,250 steps, about 18-54" in printed
     assert "fuzzy-logic-a1: 9 runs (9 in 3 seed groups), 450,000 steps, about 2-5" in printed
+    assert "fuzzy-logic-a1-ablations: 15 runs (15 in 5 seed groups), 750,000 steps" in printed
     assert "hyperteacher-connected-plus: 6 runs (6 in 2 seed groups)" in printed
     assert not (tmp_path / "runs").exists()
     default = reproduce.main(["--size", "gpu", "--plan", "--out", str(tmp_path / "runs")])
@@ -199,8 +200,33 @@ def test_every_gpu_section_dry_runs_in_seed_groups(reproduce, tmp_path: Path, ca
     # fuzzy A1's runs are probed: a latent-code row per run, differences with intervals
     assert table_row(text, "HYLA s1").count("|") == 10
     assert "Differences in decoding R² (95% Welch interval over seeds): HYLA − softmax" in text
+    # the ablations beside the full variants trained in the same folder
+    assert table_row(text, "HYLA − both s1").count("|") == 10
+    assert "| linear (fuzzy-logic-a1) |" in text and "HYLA − (HYLA − nonlinearity) " in text
     for figure in ("sraven-main-codes-hyla", "fuzzy-logic-a1-curves", "hyperteacher-plus-r2"):
         assert (results.parent / "figures" / f"{figure}.png").stat().st_size > 1_000
+
+
+def test_the_ablations_differ_from_table_a1s_runs_in_attention_alone(reproduce, tmp_path) -> None:
+    from reproduction import fuzzy_logic_a1_ablations_section as ablations
+    from reproduction import fuzzy_logic_a1_section as a1
+
+    full = {spec.path.name: spec.config for spec in a1.plan("gpu", 3, tmp_path / "a1")}
+    reference = full["hyla-s1"]
+    for spec in ablations.plan("gpu", 3, tmp_path / "ablations"):
+        variant, seed = spec.path.name.rsplit("-", 1)
+        assert spec.group == variant and spec.config["model"]["attention"] == variant
+        assert spec.config["train"] == full[f"hyla-{seed}"]["train"]
+        assert spec.config["task"] == reference["task"]
+        assert {**spec.config["model"], "attention": "hyla"} == reference["model"]
+    # the full runs are read only when every one evaluated at its last step
+    assert ablations.full_results(tmp_path / "ablations", "gpu", 3) == {}
+    committed = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+    full = ablations.full_results(committed / "h200_2026-11-25" / "ablations", "gpu", 3)
+    assert full == {}  # no fuzzy-logic-a1 beside it there
+    full = ablations.full_results(committed / "h100_2026-11-25" / "ablations", "gpu", 3)
+    assert [len(runs) for runs in full.values()] == [3, 3, 3]
+    assert round(sum(r["test"] for r in full["hyla"]) / 3, 3) == 0.915  # docs/RESULTS.md
 
 
 def test_a_run_resumes_with_the_thread_count_it_started_with(reproduce, tmp_path: Path) -> None:

@@ -38,6 +38,11 @@ def task() -> dict[str, Any]:
 
 
 def plan(size: str, seeds: int, out: Path) -> list[RunSpec]:
+    return plan_variants(VARIANTS, size, seeds, out)
+
+
+def plan_variants(variants: dict[str, str], size: str, seeds: int, out: Path) -> list[RunSpec]:
+    """Every variant's ``seeds`` runs at this setting, one seed group per variant."""
     chosen, config = SIZES[size], task()
     return [
         RunSpec(
@@ -51,7 +56,7 @@ def plan(size: str, seeds: int, out: Path) -> list[RunSpec]:
             chosen["probe_examples"],
             group=variant,
         )
-        for variant in VARIANTS
+        for variant in variants
         for seed in range(seeds)
     ]
 
@@ -76,7 +81,8 @@ def report(out: Path, size: str, seeds: int, device: str, figures: Path) -> str:
             f"{PAPER_TABLE_A1[variant]:.3f} | {mean_std([r['ood'] for r in rows])} |"
         )
     lines += difference_lines({v: [r["test"] for r in results[v]] for v in VARIANTS}, "test R²")
-    lines += latent_code_lines(out, seeds, SIZES[size]["probe_examples"], timings_of(out))
+    lines += latent_code_lines(out, seeds, SIZES[size]["probe_examples"], timings_of(out),
+                               VARIANTS, PAIRS)  # fmt: skip
     curves = {label: out / f"{variant}-s0" for variant, label in VARIANTS.items()}
     save_figure(metric_curves(curves, metric="r2", ylim=(-1.0, 1.0)),
                 figures / "fuzzy-logic-a1-curves", ("png",))  # fmt: skip
@@ -87,12 +93,21 @@ def report(out: Path, size: str, seeds: int, device: str, figures: Path) -> str:
 PAIRS = (("hyla", "softmax"), ("hyla", "linear"), ("linear", "softmax"))
 
 
-def difference_lines(values: dict[str, list[float]], what: str) -> list[str]:
+def difference_lines(
+    values: dict[str, list[float]],
+    what: str,
+    pairs: tuple[tuple[str, str], ...] = PAIRS,
+    labels: dict[str, str] = VARIANTS,
+) -> list[str]:
     """Each pair's difference of means with its 95% Welch interval, over seeds."""
+
+    def term(variant: str) -> str:  # "HYLA − nonlinearity": a label of several words
+        return f"({labels[variant]})" if " " in labels[variant] else labels[variant]
+
     cells = []
-    for ours, base in PAIRS:
+    for ours, base in pairs:
         diff, low, high = difference_interval(values[ours], values[base])
-        cells.append(f"{VARIANTS[ours]} − {VARIANTS[base]} {diff:+.3f} [{low:+.3f}, {high:+.3f}]")
+        cells.append(f"{term(ours)} − {term(base)} {diff:+.3f} [{low:+.3f}, {high:+.3f}]")
     return ["", f"Differences in {what} (95% Welch interval over seeds): " + "; ".join(cells) + "."]
 
 
@@ -101,9 +116,16 @@ def timings_of(out: Path) -> dict[str, float]:
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
-def latent_code_lines(out: Path, seeds: int, examples: int, timings: dict[str, float]) -> list[str]:
-    """Every run's latent-code protocol (latentlens.probes.run), one row per run, then each
-    variant's means and the differences of the decoding R²."""
+def latent_code_lines(
+    out: Path,
+    seeds: int,
+    examples: int,
+    timings: dict[str, float],
+    variants: dict[str, str],
+    pairs: tuple[tuple[str, str], ...],
+) -> list[str]:
+    """Every run's latent-code protocol (latentlens.probes.run), one row per run, then the
+    differences of the decoding R² between the ``pairs`` of ``variants``."""
     lines = [
         "",
         f"Latent codes of every run (`latentlens probe`, {examples:,} held-out-combination "
@@ -119,8 +141,8 @@ def latent_code_lines(out: Path, seeds: int, examples: int, timings: dict[str, f
         "largest head ablation | heads > 2 s.e. | training s |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
-    decoding: dict[str, list[float]] = {v: [] for v in VARIANTS}
-    for variant, label in VARIANTS.items():
+    decoding: dict[str, list[float]] = {v: [] for v in variants}
+    for variant, label in variants.items():
         for seed in range(seeds):
             run = out / f"{variant}-s{seed}"
             if not (run / "probes" / "results.json").is_file():
@@ -142,5 +164,5 @@ def latent_code_lines(out: Path, seeds: int, examples: int, timings: dict[str, f
                 f"(L{largest['layer']}H{largest['head']}) | {beyond} | "
                 f"{'n/a' if seconds is None else f'{seconds:.0f}'} |"
             )
-    lines += difference_lines(decoding, "decoding R²")
+    lines += difference_lines(decoding, "decoding R²", pairs, variants)
     return lines
