@@ -52,7 +52,7 @@ throughput=(python3 benchmarks/train_throughput.py --device cuda)
 for check in "${checks[@]}"; do
     case $check in
     tests)
-        # addopts holds --nbmake, a dev plugin a bare GPU image may lack.
+        # addopts holds -n auto: the two CUDA test files run in one process.
         run tests python3 -m pytest -q -o addopts="" -p no:cacheprovider \
             tests/training/test_cuda.py tests/training/test_multiseed.py
         ;;

@@ -72,7 +72,12 @@ def test_the_docs_site_builds_strictly_with_notebooks_and_api_reference(tmp_path
     assert "insert_bridge" in reference  # the API reference comes from the docstrings
     sraven = (site / "notebooks" / "02_sraven_latent_codes" / "index.html").read_text()
     assert "Plotly.newPlot" in sraven  # the embedding stays interactive
-    for page in sorted((site / "notebooks").glob("*/index.html")):
+    pages = sorted((site / "notebooks").glob("*/index.html"))
+    # every notebook executes here, and only here (allow_errors: false fails the build)
+    assert [page.parent.name for page in pages] == sorted(
+        notebook.stem for notebook in (ROOT / "notebooks").glob("*.ipynb")
+    )
+    for page in pages:
         stderr = notebook_stderr(page.read_text())
         # a few lines at most (TransformerLens's own patching bar in notebook 04), never a
         # warning: progress bars once filled pages with hundreds of red lines
