@@ -24,6 +24,13 @@ over every rule combination (the official ``"ind+ood"`` draw) to ``--out`` (``.n
 ``permutations`` ``[N, 3, F]`` and ``rules`` ``[N, F]``, for ``parity.py``'s comparison of
 the two data distributions.
 
+With ``--serve`` it times training steps for ``cpu_side_by_side.py``: after 5 warm-up
+steps (compilation) it prints ``ready``, then for each line ``N`` read from stdin times ``N``
+whole training steps (the loader's draw, forward, backward, AdamW; the loss read back each
+step, as ``train`` does) and prints their steps per second, until stdin closes. The thread
+count is XLA's: the caller sets ``XLA_FLAGS`` (without it, one thread, as the parity runs
+use).
+
 With ``--lockstep N`` it trains ``N`` steps with attention dropout off and writes to
 ``--out`` (``.npz``) the initial parameters (``param:`` + Flax's path), the ``N`` training
 batches (``x``, ``y``) and the loss of every step: ``parity.py --lockstep`` trains
@@ -264,6 +271,28 @@ def lockstep(official: dict[str, Any], spec: dict[str, Any], steps: int, out: Pa
         np.savez(handle, x=np.stack(xs), y=np.stack(ys), losses=np.array(losses), **arrays)
 
 
+def serve(official: dict[str, Any], spec: dict[str, Any]) -> None:
+    """Time training steps on request (see the module docstring)."""
+    import jax
+
+    exp, _ = experiment(official, spec)
+    state = exp.reset(jax.random.PRNGKey(spec["seed"]))
+    batches = iter(exp.train_loader)
+
+    def run(steps: int) -> None:
+        nonlocal state
+        for _ in range(steps):
+            state, metrics = exp.train_step(state, next(batches))
+            float(metrics["loss"])
+
+    run(5)
+    print("ready", flush=True)
+    for line in sys.stdin:
+        start = time.perf_counter()
+        run(int(line))
+        print(int(line) / (time.perf_counter() - start), flush=True)
+
+
 def versions() -> dict[str, str]:
     import flax
     import jax
@@ -276,10 +305,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--official", type=Path, required=True)
     parser.add_argument("--spec", type=Path, required=True)
-    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--out", type=Path)
     parser.add_argument("--sample", type=int, help="draw this many problems, train nothing")
     parser.add_argument("--lockstep", type=int, help="steps of the lockstep comparison")
+    parser.add_argument("--serve", action="store_true", help="time steps asked for on stdin")
     args = parser.parse_args(argv)
+    if args.out is None and not args.serve:
+        parser.error("--out is needed unless --serve")
     official = import_official(args.official.resolve())
     spec = json.loads(args.spec.read_text())
     if args.sample:
@@ -287,6 +319,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.lockstep:
         lockstep(official, spec, args.lockstep, args.out)
+        return 0
+    if args.serve:
+        serve(official, spec)
         return 0
     result = train(official, spec)
     partial_path = args.out.with_suffix(".part")

@@ -116,7 +116,11 @@ def add_train_parser(commands: argparse._SubParsersAction) -> None:
         "model kind too): a new run of that config, flags overriding it",
     )
     train.add_argument("--device", choices=DEVICE_CHOICES, default="auto")
-    train.add_argument("--compile", action="store_true", help="torch.compile the train step (CUDA)")
+    train.add_argument(
+        "--compile",
+        action="store_true",
+        help="torch.compile the train step (on the CPU: C++ kernels, needs a C++ compiler)",
+    )
     train.add_argument(
         "--cuda-graphs",
         action="store_true",

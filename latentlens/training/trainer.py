@@ -102,9 +102,12 @@ def check_cuda_options(
     distributed: bool,
 ) -> None:
     """Refuse ``--compile`` and ``--cuda-graphs`` where they cannot work (``task``: the
-    task or its class)."""
-    if compile and device.type != "cuda":
-        raise ValueError("--compile is supported on CUDA only; drop it on the CPU")
+    task or its class). On the CPU, inductor builds C++ kernels: it needs a compiler."""
+    if compile and device.type == "cpu" and not cpp_compiler():
+        raise ValueError(
+            "--compile on the CPU builds C++ kernels and no C++ compiler was found (g++, "
+            "c++ or clang++, or $CXX); install one (e.g. apt install g++) or drop --compile"
+        )
     if cuda_graphs and (device.type != "cuda" or distributed):
         raise ValueError(
             "--cuda-graphs captures the whole step on one CUDA device: it needs a CUDA "
@@ -114,6 +117,23 @@ def check_cuda_options(
         raise ValueError(
             f"the {task.name} task's batches cannot be captured in a CUDA graph "
             "(its sampler synchronises with the host); drop --cuda-graphs (--compile works)"
+        )
+
+
+def cpp_compiler() -> str | None:
+    """The C++ compiler inductor's CPU backend would use, if one is on the PATH."""
+    names = [os.environ["CXX"]] if os.environ.get("CXX") else ["g++", "c++", "clang++"]
+    return next((found for name in names if (found := shutil.which(name))), None)
+
+
+def warn_if_bf16_is_emulated() -> None:
+    """bf16 on a CPU without bfloat16 arithmetic (AVX-512 BF16 or AMX) is emulated: a step
+    ran 10x slower than float32 on a 2-core AVX2 machine (docs/benchmarks.md)."""
+    if not (torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()):
+        warnings.warn(
+            "--precision bf16: this CPU has no bfloat16 arithmetic (AVX-512 BF16 or AMX), so "
+            "it is emulated and about 10x slower than fp32; use --precision fp32 here",
+            stacklevel=3,
         )
 
 
@@ -205,6 +225,8 @@ class Trainer:
             capturable=cuda_graphs,
         )
         check_cuda_options(self.device, self.task, compile, cuda_graphs, self.dist.enabled)
+        if self.train_cfg.precision == "bf16" and self.device.type == "cpu":
+            warn_if_bf16_is_emulated()
         # Hooks added after compilation are ignored: compile only the hook-free train path
         # (the objective wraps the model; the model itself stays eager for analyses).
         objective: torch.nn.Module = TrainingObjective(self.model, self.task)

@@ -129,8 +129,6 @@ def test_bad_groups_give_clear_errors_and_write_nothing(tmp_path: Path) -> None:
     runs = [tmp_path / "p", tmp_path / "q"]
     with pytest.raises(ValueError, match="--cuda-graphs .* needs a CUDA device"):
         SeedGroup.create(runs, seed_configs(config, [0, 1]), device="cpu", cuda_graphs=True)
-    with pytest.raises(ValueError, match="--compile is supported on CUDA only"):
-        SeedGroup.create(runs, seed_configs(config, [0, 1]), device="cpu", compile=True)
     assert not any(run.exists() for run in runs)
     Trainer.create(runs[1], config, device="cpu")
     with pytest.raises(ValueError, match="already hold runs"):

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -135,7 +136,10 @@ def test_model_for_task_sizes_the_model_to_the_task_config() -> None:
 
 def test_bf16_autocast_trains_and_keeps_fp32_weights(tmp_path: Path) -> None:
     """bf16 runs the matmuls in bfloat16 (CPU autocast here, CUDA the same code path)."""
-    trainer = Trainer.create(tmp_path / "run", tiny_config(steps=40, precision="bf16"), quiet=True)
+    config = tiny_config(steps=40, precision="bf16")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # this CPU's bf16 may be emulated (next test)
+        trainer = Trainer.create(tmp_path / "run", config, quiet=True)
     with trainer.precision_scope():
         assert trainer.model(trainer.task.sample(2).inputs).dtype == torch.bfloat16
     before = trainer.evaluate("train")["loss"]
@@ -143,6 +147,18 @@ def test_bf16_autocast_trains_and_keeps_fp32_weights(tmp_path: Path) -> None:
     after = next(r for r in records if r["split"] == "train")["loss"]
     assert all(p.dtype == torch.float32 for p in trainer.model.parameters())
     assert math.isfinite(after) and after < 0.8 * before
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_bf16_on_a_cpu_without_bfloat16_arithmetic_warns(native: bool, monkeypatch) -> None:
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: native)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        Trainer(None, tiny_config(precision="bf16"), device="cpu", quiet=True)
+        Trainer(None, tiny_config(), device="cpu", quiet=True)  # fp32: never
+    emulated = [w for w in caught if "no bfloat16 arithmetic" in str(w.message)]
+    assert len(emulated) == (0 if native else 1)
 
 
 def test_tf32_scope_sets_and_restores_the_matmul_precision() -> None:
