@@ -587,6 +587,13 @@ class Trainer:
                 {"step": self.step, "split": s, **self.evaluate(s)} for s in self.task.eval_splits
             ]
             self.run_dir.append_metrics(records)
+            # finite weights can still compute a NaN loss (activations overflow): such a
+            # checkpoint is no good one to continue from, so it is not written
+            diverged = [r["split"] for r in records if not math.isfinite(r.get("loss", 0.0))]
+            if diverged:
+                raise TrainingDiverged(
+                    self.diverged_message(f"the {diverged[0]} loss at step {self.step}")
+                )
         rng = {"data": self.data_generator.get_state()}
         for rank, states in enumerate(every_rank):
             rng.update({key + (f"@{rank}" if rank else ""): v for key, v in states.items()})

@@ -13,7 +13,13 @@ import pytest
 from safetensors import safe_open
 from safetensors.torch import save
 
-from latentlens.training import RunDirectory, Trainer, list_checkpoints, load_checkpoint
+from latentlens.training import (
+    RunDirectory,
+    Trainer,
+    TrainingDiverged,
+    list_checkpoints,
+    load_checkpoint,
+)
 from latentlens.training.run_lock import RunLock, RunLocked
 from tests.training.test_trainer import tiny_config
 
@@ -161,3 +167,32 @@ def test_a_metrics_row_without_a_whole_step_is_named(tmp_path, bad) -> None:
     assert snapshot(run) == before
     with pytest.raises(ValueError, match="restore the file or delete that line"):
         RunDirectory(run).read_metrics()
+
+
+def test_a_nan_evaluation_of_finite_weights_leaves_the_last_good_checkpoint(
+    tmp_path, monkeypatch
+) -> None:
+    # #42 item 6: a divergence whose weights stay finite but whose evaluation is NaN was
+    # checkpointed as the "last good" one, so every advised resume failed at once
+    run = tmp_path / "run"
+    trainer = Trainer.create(run, tiny_config(steps=40), quiet=True)
+    evaluate = trainer.evaluate
+
+    def overflowing(split, *args, **kwargs):
+        metrics = evaluate(split, *args, **kwargs)
+        return {**metrics, "loss": math.nan} if trainer.step == 40 else metrics
+
+    monkeypatch.setattr(trainer, "evaluate", overflowing)
+    with pytest.raises(TrainingDiverged, match=r"the train loss at step 40 became NaN") as err:
+        trainer.train()
+    message = str(err.value)
+    assert "the last good checkpoint is step 20" in message and "--lr 0.0001" in message
+    assert [step for step, _ in list_checkpoints(run / "checkpoints")][-1] == 20  # none at 40
+    trainer.close()
+    # the advised resume continues from step 20 and its metrics stay JSON
+    resumed = Trainer.resume(run, {"lr": 1e-4}, quiet=True)
+    assert resumed.step == 20
+    resumed.train()
+    assert [step for step, _ in list_checkpoints(run / "checkpoints")][-1] == 40
+    last = RunDirectory(run).last_evaluation()
+    assert all(math.isfinite(record["loss"]) for record in last.values())
