@@ -27,7 +27,7 @@ from reproduction.fuzzy_logic_section import final_r2
 from reproduction.runs import RunSpec, mean_std
 
 TITLE = "HYLA's ablations at Table A1's fuzzy-logic setting"
-# the official sequence_mixer names' rows of Table A1 (reference/hyla.md, section 2)
+# Table A1's ablation rows (docs/methods/attention.md, the table of named variants)
 VARIANTS = {
     "linear_rms_head": "linear + RMSHead",
     "hyla_mlp_linear": "HYLA − nonlinearity",
