@@ -51,7 +51,7 @@ import torch
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from parity import CONFIGS, official_spec  # noqa: E402
+from parity import CONFIGS, VARIANTS, official_spec  # noqa: E402
 from step_flops import step_flops  # noqa: E402
 
 from latentlens.training import (  # noqa: E402
@@ -63,7 +63,6 @@ from latentlens.training import (  # noqa: E402
 )
 from latentlens.training.objective import TrainingObjective  # noqa: E402
 
-VARIANTS = ("softmax", "linear", "hyla")
 MODES = ("eager", "compile", "bf16", "seeds", "cores", "cores-compile")
 # Table A1's fuzzy-logic setting: its 9 runs (3 variants x 3 seeds) of 50,000 steps
 A1 = {"seq_len": 32, "frac_test": 0.7}

@@ -109,3 +109,30 @@ def test_results_section_sets_each_comparison_beside_its_earlier_version(tmp_pat
     assert cells[6] == "1.000" and float(cells[8]) < 0.05  # now equal; before, it differed
     assert "0 of 8 comparisons at p <= 0.05" in text
     assert "control 2.0e-03" in text and "figures/parity-sraven.png" in text
+
+
+def test_the_side_by_side_builds_both_sides_from_one_spec() -> None:
+    """benchmarks/cpu_side_by_side.py: latentlens's config is the spec the official code is
+    given (sizes, batch, optimiser), and its reference SRAVEN is latentlens's own default."""
+    from latentlens.training import TrainConfig, model_for_task
+
+    side = load("cpu_side_by_side")
+    for task in side.TASKS:
+        spec = side.task_spec(task, "hyla")
+        config = side.latentlens_config(spec, "fp32", threads=1)
+        assert {k: config["model"][k] for k in spec["model"]} == spec["model"], task
+        train = config["train"]
+        assert (train["batch_size"], train["lr"], train["warmup_steps"], train["threads"]) == (
+            spec["batch_size"], spec["lr"], spec["warmup_steps"], 1
+        )  # fmt: skip
+        assert {k: config["task"]["config"][k] for k in spec["data"]} == spec["data"], task
+    assert side.task_spec("fuzzy-logic-a1", "hyla")["data"]["seq_len"] == 32
+    default = side.task_spec("sraven-default", "hyla")
+    model = model_for_task("sraven", attention="hyla")
+    assert {k: getattr(model, k) for k in default["model"]} == default["model"]
+    train = TrainConfig.for_task("sraven")
+    assert (train.batch_size, train.lr, train.warmup_steps) == (
+        default["batch_size"], default["lr"], default["warmup_steps"]
+    )  # fmt: skip
+    with pytest.raises(SystemExit):  # not a checkout: a one-line argparse error
+        side.main(["--official", str(BENCHMARKS)])
