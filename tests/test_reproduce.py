@@ -108,10 +108,12 @@ def test_a_second_call_reuses_the_runs(tiny, reproduce, tmp_path: Path) -> None:
     runs, _, text = tiny
     before = (runs / "timings.json").read_text()
     again = tmp_path / "again.md"
-    args = ["--size", "tiny", "--seeds", "1", "--device", "cpu", "--jobs", "2"]
+    # one experiment: the reuse is the same for each, and each one's analysis costs seconds
+    args = ["--size", "tiny", "--seeds", "1", "--device", "cpu", "--jobs", "2", "--only", "sraven"]
     reproduce.main([*args, "--out", str(runs), "--results", str(again)])
     assert (runs / "timings.json").read_text() == before  # nothing was trained again
-    assert tables(again.read_text()) == tables(text)
+    section = text[text.index("## SRAVEN") :].split("\n## ")[0]
+    assert tables(again.read_text()) == tables(section) != []
 
 
 def test_worker_processes_train_what_one_process_would(reproduce, tmp_path: Path) -> None:
