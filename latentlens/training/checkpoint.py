@@ -177,10 +177,12 @@ def load_checkpoint(path: Path) -> Checkpoint:
     return Checkpoint(step, model, optimizer, rng)
 
 
-def newest_good_checkpoint(directory: Path) -> Checkpoint | None:
-    """The newest checkpoint in ``directory`` that loads and verifies, warning about each
-    newer one skipped; ``None`` when there is none at all, an error when none is good."""
-    found = list_checkpoints(directory)
+def newest_good_checkpoint(directory: Path, at_most: int | None = None) -> Checkpoint | None:
+    """The newest checkpoint in ``directory`` (of a step ``<= at_most`` if given) that loads
+    and verifies, warning about each newer one skipped; ``None`` when there is none at all,
+    an error when none is good."""
+    found = [(step, path) for step, path in list_checkpoints(directory)
+             if at_most is None or step <= at_most]  # fmt: skip
     skipped = []
     for step, path in reversed(found):
         try:

@@ -36,6 +36,7 @@ from latentlens.progress import progress_bar
 from latentlens.tasks import TASKS
 from latentlens.tasks.base import Draws
 from latentlens.training.callbacks import Callback
+from latentlens.training.checkpoint import list_checkpoints
 from latentlens.training.config import TrainConfig
 from latentlens.training.graphs import GraphedStep
 from latentlens.training.objective import SeedGroupObjective
@@ -65,6 +66,33 @@ def check_group_options(
         raise ValueError("several seeds train in one process: run them without torchrun")
     task_cls = TASKS[config["task"]["name"]][0]
     check_cuda_options(resolve_device(device), task_cls, compile, cuda_graphs, distributed=False)
+
+
+def common_checkpoint(run_dirs: Sequence[str | Path]) -> int | None:
+    """The step a seed group's runs resume from when their newest checkpoints differ (a
+    group killed between its seeds' writes): the newest one every run holds; ``None`` when
+    they agree (each resumes from its newest) or some run has none. An error naming the
+    runs when no step is held by all."""
+    held = [{step for step, _ in list_checkpoints(RunDirectory(run).checkpoints)}
+            for run in run_dirs]  # fmt: skip
+    newest = {max(steps) if steps else None for steps in held}
+    if len(newest) <= 1 or None in newest:
+        return None
+    shared = set.intersection(*held)
+    if not shared:
+        steps = {str(run): max(steps) for run, steps in zip(run_dirs, held, strict=True)}
+        raise ValueError(
+            f"the runs are at different steps {steps} and hold no checkpoint in common; "
+            "resume them one by one"
+        )
+    return max(shared)
+
+
+def _rewindable(runs: Sequence[str | Path]) -> bool:
+    try:
+        return common_checkpoint(runs) is not None
+    except ValueError:
+        return False
 
 
 def _without_seed(config: dict[str, Any]) -> dict[str, Any]:
@@ -184,19 +212,23 @@ class SeedGroup:
         cuda_graphs: bool = False,
         **runtime: Any,
     ) -> SeedGroup:
-        """Continue runs trained as a group, from their newest checkpoints."""
+        """Continue runs trained as a group, from their newest checkpoints; runs killed
+        between their seeds' checkpoint writes (some a checkpoint ahead of the others)
+        continue from the newest step all of them hold, the ones ahead rewound to it."""
         if run_dirs:
             stored = RunDirectory(run_dirs[0]).read_config()
             check_group_options(stored, runtime.get("device", "auto"), compile, cuda_graphs)
         callbacks = callbacks or [()] * len(run_dirs)
-        return cls(
-            [
-                Trainer.resume(run, callbacks=cbs, **runtime)
-                for run, cbs in zip(run_dirs, callbacks, strict=True)
-            ],
-            compile=compile,
-            cuda_graphs=cuda_graphs,
-        )
+        common = common_checkpoint(run_dirs)
+        trainers = []
+        try:
+            for run, cbs in zip(run_dirs, callbacks, strict=True):
+                trainers.append(Trainer.resume(run, callbacks=cbs, rewind_to=common, **runtime))
+        except BaseException:
+            for trainer in trainers:
+                trainer.close()
+            raise
+        return cls(trainers, compile=compile, cuda_graphs=cuda_graphs)
 
     def _state_of(self, trainer: Trainer) -> dict[str, dict[str, torch.Tensor]]:
         names = {id(p): n for n, p in trainer.model.named_parameters()}
@@ -348,7 +380,6 @@ def train_group_or_resume(
     different steps) are finished one by one. ``runtime`` as for :class:`Trainer`
     (``device``, ``quiet``, ``time_budget``); ``compile`` and ``cuda_graphs`` apply to
     the group. A run whose stored training config differs from its config is an error."""
-    from latentlens.training.checkpoint import list_checkpoints
     from latentlens.training.config import same_training
     from latentlens.training.trainer import train_or_resume
 
@@ -370,7 +401,10 @@ def train_group_or_resume(
         return [d.path for d in directories]
     if all(step is None for step in last):
         group = SeedGroup.create(runs, configs, callbacks, compile, cuda_graphs, **runtime)
-    elif len(set(last)) == 1:  # stopped together (or killed before the first checkpoint)
+    elif len(set(last)) == 1 or (None not in last and -1 not in last and
+                                 _rewindable(runs)):  # fmt: skip
+        # stopped together (or killed before the first checkpoint), or killed between the
+        # seeds' checkpoint writes: the ones ahead rewind to the step all of them hold
         group = SeedGroup.resume(runs, callbacks, compile, cuda_graphs, **runtime)
     else:
         for run, config, cbs in zip(runs, configs, callbacks, strict=True):

@@ -345,16 +345,35 @@ class Trainer:
 
     @classmethod
     def resume(
-        cls, run_dir: str | Path, train_changes: dict[str, Any] | None = None, **kwargs: Any
+        cls,
+        run_dir: str | Path,
+        train_changes: dict[str, Any] | None = None,
+        rewind_to: int | None = None,
+        **kwargs: Any,
     ) -> Trainer:
         """Continue the run in ``run_dir`` from its newest checkpoint, with its stored
         config; a run killed before its first checkpoint starts again from step 0.
         ``train_changes``: new values of optimiser settings (:data:`RESUME_CHANGEABLE`,
-        e.g. a lower ``lr`` after a divergence), recorded in the config's ``history``."""
+        e.g. a lower ``lr`` after a divergence), recorded in the config's ``history``.
+        ``rewind_to``: continue from the checkpoint of that step instead, deleting the newer
+        ones (a seed group killed between its seeds' checkpoint writes rewinds the seeds
+        that got ahead: the group recomputes their newer steps exactly)."""
         directory = RunDirectory(run_dir)
         with writing(directory) as lock:
             stored = directory.read_config()
             found = list_checkpoints(directory.checkpoints)
+            if rewind_to is not None:
+                target = dict(found).get(rewind_to)
+                if target is None:
+                    raise CheckpointError(
+                        f"{directory.checkpoints} has no checkpoint of step {rewind_to} to "
+                        "rewind to; resume this run on its own"
+                    )
+                load_checkpoint(target)  # verified before anything newer is deleted
+                for step, path in found:
+                    if step > rewind_to and lock is not None:
+                        path.unlink()
+                found = [(step, path) for step, path in found if step <= rewind_to]
             if train_changes:
                 stored = amended_config(stored, train_changes, found[-1][0] if found else 0)
                 if lock is not None:

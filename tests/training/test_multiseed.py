@@ -19,6 +19,7 @@ from latentlens.training import (
     list_checkpoints,
     model_for_task,
     seed_configs,
+    train_group_or_resume,
 )
 
 
@@ -117,6 +118,33 @@ def test_a_group_resumed_from_its_checkpoints_ends_bit_for_bit(tmp_path: Path) -
         for name, value in trainer.model.state_dict().items():
             assert torch.equal(value, weights[name]), name
         assert RunDirectory(run).read_metrics() == before
+
+
+def test_a_group_killed_between_its_seeds_checkpoint_writes_resumes_bit_for_bit(
+    tmp_path: Path,
+) -> None:
+    # #42 item 4: seed a wrote its step-30 checkpoint, seed b did not. The group resume was
+    # refused, and the advised one-by-one resumes did not end where the group would have.
+    configs = seed_configs(tiny_config("fuzzy-logic", dropout=0.1), [7, 8])
+    runs = [tmp_path / "a", tmp_path / "b"]
+    group = SeedGroup.create(runs, configs, device="cpu", quiet=True)
+    group.train(quiet=True)
+    ended = [{k: v.clone() for k, v in t.model.state_dict().items()} for t in group.trainers]
+    metrics = [RunDirectory(run).read_metrics() for run in runs]
+    list_checkpoints(RunDirectory(runs[1]).checkpoints)[-1][1].unlink()
+    paths = train_group_or_resume(runs, configs, device="cpu", quiet=True)  # what the CLI does
+    assert paths == runs
+    for run, weights, before in zip(runs, ended, metrics, strict=True):
+        trainer = Trainer.load(run, device="cpu")
+        for name, value in trainer.model.state_dict().items():
+            assert torch.equal(value, weights[name]), name
+        assert RunDirectory(run).read_metrics() == before
+    # with no checkpoint in common, the group says so and leaves the runs for one-by-one
+    for run, dropped in zip(runs, (slice(0, -1), slice(-1, None)), strict=True):
+        for _, path in list_checkpoints(RunDirectory(run).checkpoints)[dropped]:
+            path.unlink()  # a holds only its newest, b all but its newest
+    with pytest.raises(ValueError, match="hold no checkpoint in common; resume them one by"):
+        SeedGroup.resume(runs, device="cpu", quiet=True)
 
 
 def test_bad_groups_give_clear_errors_and_write_nothing(tmp_path: Path) -> None:
