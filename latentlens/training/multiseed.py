@@ -375,9 +375,10 @@ def train_group_or_resume(
 ) -> list[Path]:
     """Bring runs that differ only in their seed to their configs' last step as one seed
     group, as :func:`~latentlens.training.train_or_resume` does for one run: reuse them if
-    all are finished, resume them as a group if all stopped at the same checkpoint, start
-    them as a group if none exists. Runs in any other state (started apart, or stopped at
-    different steps) are finished one by one. ``runtime`` as for :class:`Trainer`
+    all are finished, resume them as a group if all stopped at the same checkpoint or hold
+    one in common (killed between the seeds' writes: see :meth:`SeedGroup.resume`), start
+    them as a group if none exists. Runs in any other state (started apart, or with no
+    checkpoint in common) are finished one by one. ``runtime`` as for :class:`Trainer`
     (``device``, ``quiet``, ``time_budget``); ``compile`` and ``cuda_graphs`` apply to
     the group. A run whose stored training config differs from its config is an error."""
     from latentlens.training.config import same_training
