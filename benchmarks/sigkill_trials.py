@@ -3,12 +3,20 @@ is bit for bit the uninterrupted run's: metrics.jsonl and every tensor of the fi
 checkpoint.
 
     python benchmarks/sigkill_trials.py [--trials 30] [--seed 0] [--out runs/sigkill]
+                                        [--seeds 2 [--between-writes]]
 
 Each trial starts the same small run, kills it after a random delay drawn from the
 uninterrupted run's wall time (so kills land in start-up, training, evaluation and
 checkpoint writes alike), then continues it the way a user would: ``--resume`` when the
 run directory holds a config, the original command when the kill came before it did.
 Prints one line per trial and ``N trials, K bit-exact``; exits 1 unless K == N.
+
+``--seeds N`` does the same to a seed group (``train --seeds 0 .. N-1``, one run
+directory per seed, resumed with ``train --resume`` of them all), every seed's run
+compared with the uninterrupted group's. ``--between-writes`` aims each kill at the moment
+a group writes its seeds' checkpoints one after another: it watches the run directories
+and kills as soon as the first seed holds a checkpoint the last does not yet (each trial
+line says whether the kill caught them apart, the state a group resume must rewind).
 """
 
 from __future__ import annotations
@@ -38,17 +46,27 @@ def command(*args: str) -> list[str]:
     return [*([exe] if exe else [sys.executable, "-m", "latentlens.cli"]), *args]
 
 
-def train(run: Path) -> subprocess.Popen:
-    args = command("train", *FLAGS, "--run-dir", str(run))
+def runs_of(run: Path, seeds: int) -> list[Path]:
+    """The run directories of ``run``: itself, or one per seed of a group."""
+    return [run] if seeds == 0 else [run.with_name(f"{run.name}-s{s}") for s in range(seeds)]
+
+
+def train(run: Path, seeds: int) -> subprocess.Popen:
+    group = ["--seeds", *map(str, range(seeds))] if seeds else []
+    args = command("train", *FLAGS, *group, "--run-dir", str(run))
     return subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def finish(run: Path) -> None:
-    """Continue a killed run as a user would, until it completes."""
-    if (run / "config.json").is_file():
-        args = ["train", "--resume", str(run), "--quiet"]
-    else:
-        args = ["train", *FLAGS, "--run-dir", str(run)]
+def finish(run: Path, seeds: int) -> None:
+    """Continue a killed run (or group) as a user would, until it completes."""
+    runs = runs_of(run, seeds)
+    if all((r / "config.json").is_file() for r in runs):
+        args = ["train", "--resume", *map(str, runs), "--quiet"]
+    else:  # killed before its configs were written: the first command again
+        for r in runs:
+            shutil.rmtree(r, ignore_errors=True)
+        group = ["--seeds", *map(str, range(seeds))] if seeds else []
+        args = ["train", *FLAGS, *group, "--run-dir", str(run)]
     done = subprocess.run(command(*args), capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"continuing {run} failed: {done.stderr.strip()}")
@@ -62,33 +80,63 @@ def same(run: Path, reference: Path) -> bool:
     return ours.keys() == theirs.keys() and all(torch.equal(ours[k], theirs[k]) for k in ours)
 
 
+def newest(run: Path) -> int:
+    found = list_checkpoints(run / "checkpoints") if (run / "checkpoints").is_dir() else []
+    return found[-1][0] if found else -1
+
+
+def kill_between_writes(victim: subprocess.Popen, runs: list[Path], after: int) -> None:
+    """SIGKILL ``victim`` once the first seed holds a checkpoint newer than step ``after``
+    that the last seed does not (or when it ends)."""
+    while victim.poll() is None:
+        first = newest(runs[0])
+        if first > after and newest(runs[-1]) < first:
+            break
+        time.sleep(0.0005)
+    victim.send_signal(signal.SIGKILL)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=30)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=Path("runs/sigkill"))
+    parser.add_argument("--seeds", type=int, default=0, help="train a group of this many seeds")
+    parser.add_argument("--between-writes", action="store_true",
+                        help="kill while a group writes its seeds' checkpoints")  # fmt: skip
     args = parser.parse_args(argv)
     if args.trials < 1:
         parser.error("--trials must be at least 1")
+    if args.seeds == 1 or args.seeds < 0 or (args.between_writes and args.seeds < 2):
+        parser.error("--seeds takes 2 or more (a group); --between-writes needs one")
     shutil.rmtree(args.out, ignore_errors=True)
+    args.out.mkdir(parents=True)
     reference = args.out / "reference"
     start = time.perf_counter()
-    if train(reference).wait() != 0:
+    if train(reference, args.seeds).wait() != 0:
         raise SystemExit("the uninterrupted reference run failed")
     wall = time.perf_counter() - start
+    steps = [
+        step for step, _ in list_checkpoints(runs_of(reference, args.seeds)[0] / "checkpoints")
+    ]
     rng = random.Random(args.seed)
     exact = 0
     for trial in range(args.trials):
         run = args.out / f"trial-{trial:03d}"
-        victim = train(run)
-        delay = rng.uniform(0.0, wall)
-        time.sleep(delay)
-        victim.send_signal(signal.SIGKILL)
+        runs = runs_of(run, args.seeds)
+        victim = train(run, args.seeds)
+        start = time.perf_counter()
+        if args.between_writes:
+            kill_between_writes(victim, runs, after=rng.choice(steps[:-1]) if steps else -1)
+        else:
+            time.sleep(rng.uniform(0.0, wall))
+            victim.send_signal(signal.SIGKILL)
+        delay = time.perf_counter() - start
         killed = victim.wait() == -signal.SIGKILL
-        found = list_checkpoints(run / "checkpoints")
-        at = f"step {found[-1][0]}" if found else "no checkpoint"
-        finish(run)
-        ok = same(run, reference)
+        at = ", ".join(f"step {step}" if step >= 0 else "no checkpoint"
+                       for step in map(newest, runs))  # fmt: skip
+        finish(run, args.seeds)
+        ok = all(same(r, ref) for r, ref in zip(runs, runs_of(reference, args.seeds), strict=True))
         exact += ok
         state = f"killed after {delay:.1f} s ({at})" if killed else "finished before the kill"
         print(f"trial {trial}: {state}: {'bit-exact' if ok else 'DIFFERS'}", flush=True)

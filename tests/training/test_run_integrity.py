@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import signal
 import socket
 import time
@@ -286,6 +287,14 @@ def test_the_sigkill_trial_script_finds_every_resume_bit_exact(tmp_path, capsys)
     spec.loader.exec_module(module)
     assert module.main(["--trials", "2", "--seed", "3", "--out", str(tmp_path)]) == 0
     assert "2 trials, 2 bit-exact" in capsys.readouterr().out
+    # a seed group killed while it writes its seeds' checkpoints (#42 item 4)
+    args = ["--trials", "1", "--seeds", "2", "--between-writes", "--out", str(tmp_path / "g")]
+    assert module.main(args) == 0
+    printed = capsys.readouterr().out
+    assert "1 trials, 1 bit-exact" in printed
+    # the kill caught the two seeds at different steps, the state the resume must rewind
+    caught = re.search(r"\(step (\d+), step (\d+)\)", printed)
+    assert caught and int(caught[1]) > int(caught[2]), printed
 
 
 def test_files_of_random_bytes_and_damaged_metadata_are_named(tmp_path, capsys) -> None:
