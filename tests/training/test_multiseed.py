@@ -102,13 +102,18 @@ def test_each_seed_trains_as_its_own_run_would(task: str, tmp_path: Path) -> Non
                 torch.testing.assert_close(p, q, atol=1e-5, rtol=0, msg=name)
 
 
-def test_a_group_resumed_from_its_checkpoints_ends_bit_for_bit(tmp_path: Path) -> None:
-    configs = seed_configs(tiny_config("fuzzy-logic", dropout=0.1), [3, 4])
+def trained_group(tmp_path: Path, seeds: list[int]) -> tuple[list, list[Path], list, list]:
+    """A finished two-seed group: its configs, runs, final weights and metrics."""
+    configs = seed_configs(tiny_config("fuzzy-logic", dropout=0.1), seeds)
     runs = [tmp_path / "a", tmp_path / "b"]
     group = SeedGroup.create(runs, configs, device="cpu", quiet=True)
     group.train(quiet=True)
     ended = [{k: v.clone() for k, v in t.model.state_dict().items()} for t in group.trainers]
-    metrics = [RunDirectory(run).read_metrics() for run in runs]
+    return configs, runs, ended, [RunDirectory(run).read_metrics() for run in runs]
+
+
+def test_a_group_resumed_from_its_checkpoints_ends_bit_for_bit(tmp_path: Path) -> None:
+    _, runs, ended, metrics = trained_group(tmp_path, [3, 4])
     for run in runs:  # as if killed between the evaluations at steps 15 and 30
         list_checkpoints(RunDirectory(run).checkpoints)[-1][1].unlink()
     resumed = SeedGroup.resume(runs, device="cpu", quiet=True)
@@ -125,12 +130,7 @@ def test_a_group_killed_between_its_seeds_checkpoint_writes_resumes_bit_for_bit(
 ) -> None:
     # #42 item 4: seed a wrote its step-30 checkpoint, seed b did not. The group resume was
     # refused, and the advised one-by-one resumes did not end where the group would have.
-    configs = seed_configs(tiny_config("fuzzy-logic", dropout=0.1), [7, 8])
-    runs = [tmp_path / "a", tmp_path / "b"]
-    group = SeedGroup.create(runs, configs, device="cpu", quiet=True)
-    group.train(quiet=True)
-    ended = [{k: v.clone() for k, v in t.model.state_dict().items()} for t in group.trainers]
-    metrics = [RunDirectory(run).read_metrics() for run in runs]
+    configs, runs, ended, metrics = trained_group(tmp_path, [7, 8])
     list_checkpoints(RunDirectory(runs[1]).checkpoints)[-1][1].unlink()
     paths = train_group_or_resume(runs, configs, device="cpu", quiet=True)  # what the CLI does
     assert paths == runs
