@@ -53,6 +53,9 @@ def test_atlas_refuses_bad_input_in_one_line(tmp_path, capsys) -> None:
         (["/no/such/model"], "no folder /no/such/model"),
         ([str(tmp_path)], "the folder holds no Hugging Face model"),
         (["gpt2"], "a hub name needs internet or the Hugging Face cache"),
+        # #42: sizes are bounded before the model loads (10**18 pairs never returned)
+        (["gpt2", "--examples", str(10**18)], "--examples 1000000000000000000 is invalid"),
+        (["gpt2", "--seq-len", "0"], "--seq-len 0 is invalid: give an integer from 2 to 8192"),
     ):
         code = main(["atlas", *args, "--out", str(tmp_path / "out"), "--device", "cpu"])
         err = capsys.readouterr().err

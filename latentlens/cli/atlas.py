@@ -60,7 +60,9 @@ def add_atlas_parser(commands: argparse._SubParsersAction) -> None:
 def run_atlas_command(args: argparse.Namespace) -> int:
     from latentlens.reports.atlas import run_atlas  # noqa: PLC0415 (imports transformers)
 
-    limits = (
+    limits = (  # bounded before anything loads: 10**18 pairs would never return
+        ("--examples", args.examples, 1, 1_000_000),
+        ("--seq-len", args.seq_len, 2, 8192),
         ("--ablation-examples", args.ablation_examples, 1, 4096),
         ("--detector-stories", args.detector_stories, 0, 256),
     )
