@@ -26,8 +26,16 @@ def built_parameter_count(kind: str, config: Any) -> int:
     """Parameters of the model, built on the meta device (nothing allocated)."""
     from latentlens.models import build_model
 
-    with torch.device("meta"):
-        model = build_model(kind, config)
+    try:
+        with torch.device("meta"):
+            model = build_model(kind, config)
+    except RuntimeError as err:  # a tensor of over 2**63 elements: no device holds it
+        if "overflow" not in str(err):
+            raise
+        raise ValueError(
+            "the model does not fit: one of its weight tensors would hold more than 2**63 "
+            "elements; lower --d-model, --d-mlp, --qk-dim, --v-dim or --n-heads"
+        ) from None
     return sum(p.numel() for p in model.parameters())
 
 

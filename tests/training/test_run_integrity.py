@@ -248,6 +248,9 @@ def test_former_tracebacks_are_one_line_errors(tmp_path, capsys) -> None:
     code, err = cli([*train_flags(tmp_path / "e"), "--eval-examples", str(10**18)], capsys)
     assert code == 2 and "eval_examples=1,000,000,000,000,000,000 is invalid: at most" in err
     assert not (tmp_path / "d").exists() and not (tmp_path / "e").exists()
+    code, err = cli([*train_flags(tmp_path / "w"), "--d-model", str(10**18)], capsys)
+    assert code == 2 and "weight tensors would hold more than 2**63 elements" in err
+    assert "unexpected" not in err and not (tmp_path / "w").exists()
     bad = tmp_path / "typo.json"  # a misspelt training key
     bad.write_text(json.dumps({"train": {"stpes": 5}}))
     code, err = cli([*train_flags(tmp_path / "f"), "--config", str(bad)], capsys)
