@@ -202,8 +202,10 @@ def read_config_file(path: Path) -> ConfigFile:
     ``config.json`` (its task and model kind become the defaults of --task and --model)."""
     try:
         loaded = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as err:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise ValueError(f"--config {path} could not be read as JSON ({err})") from None
+    except RecursionError:  # nesting deeper than Python's parser recurses
+        raise ValueError(f"--config {path} is nested too deeply to be a config") from None
     if not isinstance(loaded, dict):
         raise ValueError(f"--config {path} must hold a JSON object with sections {SECTIONS}")
     task = model_kind = None

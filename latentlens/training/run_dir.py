@@ -128,9 +128,10 @@ class RunDirectory:
             raise ValueError(f"{self.path} is not a run directory: it has no config.json")
         try:
             config = json.loads(self.config_path.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as err:
+            reason = "nested too deeply" if isinstance(err, RecursionError) else str(err)
             raise ValueError(
-                f"{self.config_path} is corrupt ({err}); restore it, or start a new run in "
+                f"{self.config_path} is corrupt ({reason}); restore it, or start a new run in "
                 "another --run-dir"
             ) from None
         if not isinstance(config, dict) or not all(

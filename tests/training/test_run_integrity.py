@@ -251,6 +251,14 @@ def test_former_tracebacks_are_one_line_errors(tmp_path, capsys) -> None:
     code, err = cli([*train_flags(tmp_path / "w"), "--d-model", str(10**18)], capsys)
     assert code == 2 and "weight tensors would hold more than 2**63 elements" in err
     assert "unexpected" not in err and not (tmp_path / "w").exists()
+    deep = tmp_path / "deep.json"  # deeper than Python's JSON parser recurses
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    code, err = cli([*train_flags(tmp_path / "x"), "--config", str(deep)], capsys)
+    assert code == 2 and f"--config {deep} is nested too deeply" in err
+    assert cli(train_flags(tmp_path / "y", steps=20), capsys)[0] == 0
+    (tmp_path / "y" / "config.json").write_text('{"a":' * 100_000 + "1" + "}" * 100_000)
+    code, err = cli(["eval", str(tmp_path / "y")], capsys)
+    assert code == 2 and "config.json is corrupt (nested too deeply)" in err
     bad = tmp_path / "typo.json"  # a misspelt training key
     bad.write_text(json.dumps({"train": {"stpes": 5}}))
     code, err = cli([*train_flags(tmp_path / "f"), "--config", str(bad)], capsys)
