@@ -64,6 +64,11 @@ def select_checkpoint(directory: Path, step: int | None = None) -> tuple[int, Pa
     return step, found[step]
 
 
+def with_filename(err: OSError, path: Path) -> OSError:
+    """``err`` naming ``path`` when it names no file (``write`` on a full disk does not)."""
+    return err if err.filename else OSError(err.errno, err.strerror or str(err), str(path))
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` via a temporary file, fsync and rename. A failed write
     (a full disk) removes the temporary file and leaves ``path`` as it was."""
@@ -74,6 +79,9 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
+    except OSError as err:  # a write's error (a full disk) names no file: name the target
+        tmp.unlink(missing_ok=True)
+        raise with_filename(err, path) from None
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise

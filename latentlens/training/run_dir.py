@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from latentlens.training.checkpoint import atomic_write_bytes
+from latentlens.training.checkpoint import atomic_write_bytes, with_filename
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -72,10 +72,13 @@ def append_jsonl(path: Path, records: list[dict[str, Any]]) -> None:
         if err.errno == errno.ELOOP:
             refuse_link(path)
         raise
-    with os.fdopen(fd, "a") as handle:
-        for record in records:
-            handle.write(json.dumps(record, sort_keys=True) + "\n")
-        handle.flush()
+    try:
+        with os.fdopen(fd, "a") as handle:
+            for record in records:
+                handle.write(json.dumps(record, sort_keys=True) + "\n")
+            handle.flush()
+    except OSError as err:  # a full disk: the write's error names no file
+        raise with_filename(err, path) from None
 
 
 def truncate_jsonl(path: Path, last_step: int) -> None:

@@ -196,3 +196,38 @@ def test_a_nan_evaluation_of_finite_weights_leaves_the_last_good_checkpoint(
     assert [step for step, _ in list_checkpoints(run / "checkpoints")][-1] == 40
     last = RunDirectory(run).last_evaluation()
     assert all(math.isfinite(record["loss"]) for record in last.values())
+
+
+def test_a_full_disk_is_named_by_the_file_it_stopped(tmp_path, monkeypatch) -> None:
+    # #42's message list: ENOSPC came without the path ("No space left on device")
+    import errno as errnos
+    import os
+
+    from latentlens.training.checkpoint import atomic_write_bytes
+
+    def full(*args):  # what a write or flush of a full disk raises: no file named
+        raise OSError(errnos.ENOSPC, "No space left on device")
+
+    class FullFile:
+        def __init__(self, fd, mode):
+            os.close(fd)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        write = flush = staticmethod(full)
+
+    monkeypatch.setattr(os, "fsync", full)
+    target = tmp_path / "file.bin"
+    with pytest.raises(OSError) as err:
+        atomic_write_bytes(target, b"x" * 100)
+    assert err.value.errno == errnos.ENOSPC and err.value.filename == str(target)
+    assert list(tmp_path.iterdir()) == []  # the temporary file is gone, nothing half-written
+    monkeypatch.setattr(os, "fdopen", FullFile)
+    run = RunDirectory(tmp_path / "run")
+    with pytest.raises(OSError) as err:
+        run.append_metrics([{"step": 0, "split": "test", "loss": 1.0}])
+    assert err.value.errno == errnos.ENOSPC and err.value.filename == str(run.metrics_path)
