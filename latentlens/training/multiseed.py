@@ -89,6 +89,7 @@ def common_checkpoint(run_dirs: Sequence[str | Path]) -> int | None:
 
 
 def _rewindable(runs: Sequence[str | Path]) -> bool:
+    """Whether runs at different steps resume as a group (:func:`common_checkpoint`)."""
     try:
         return common_checkpoint(runs) is not None
     except ValueError:
@@ -402,8 +403,7 @@ def train_group_or_resume(
         return [d.path for d in directories]
     if all(step is None for step in last):
         group = SeedGroup.create(runs, configs, callbacks, compile, cuda_graphs, **runtime)
-    elif len(set(last)) == 1 or (None not in last and -1 not in last and
-                                 _rewindable(runs)):  # fmt: skip
+    elif len(set(last)) == 1 or _rewindable(runs):
         # stopped together (or killed before the first checkpoint), or killed between the
         # seeds' checkpoint writes: the ones ahead rewind to the step all of them hold
         group = SeedGroup.resume(runs, callbacks, compile, cuda_graphs, **runtime)
