@@ -129,11 +129,9 @@ def latent_atlas(
     ident = pair_codes(model, pairs, "id", batch_size=batch_size, seed=seed)
     ood = pair_codes(model, pairs, "ood", batch_size=batch_size, seed=seed)
     fit, id_test = _halves(ident)
-    by_ood = decoding_table(fit, ood, seed=seed)
-    by_id = decoding_table(fit, id_test, seed=seed)
-    for row, same in zip(by_ood, by_id, strict=True):
-        row["id_test"], row["id_test_se"] = same["test"], same["test_se"]
-        row["id_chance"] = same["chance"]
+    by_ood = decoding_table(fit, ood, seed=seed, also={"id_test": id_test})
+    for row in by_ood:
+        row["id_chance"] = row.pop("id_test_chance")
     both = CodeSet(torch.cat([ident.codes, ood.codes]), torch.cat([ident.target, ood.target]),
                    torch.cat([ident.factors, ood.factors]), torch.cat([ident.groups, ood.groups]),
                    "all", "classification")  # fmt: skip

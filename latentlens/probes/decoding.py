@@ -1,48 +1,167 @@
 """Decoding tables over layers and heads: every head together, each head alone, and every
-head but one (which head carries what the decoder reads)."""
+head but one (which head carries what the decoder reads).
+
+Classification tables fit their decoders together (:mod:`latentlens.probes.logistic`:
+scikit-learn's logistic-regression objective, solved to its optimum, every decoder of one
+width in one batch); regression tables fit scikit-learn's ridge, one decoder at a time.
+"""
 
 from __future__ import annotations
 
+from collections import defaultdict
+from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
+import torch
+
 from latentlens.probes.codes import CodeSet
-from latentlens.probes.linear import classifier_decoding, cross_validated_decoding, ridge_decoding
+from latentlens.probes.linear import (
+    DecodingScore,
+    check_pair,
+    cross_validated_decoding,
+    ridge_decoding,
+)
+from latentlens.probes.logistic import fit_logistic, predict_logistic, standardise
+
+# (layer label, heads label, layers read, heads read: None for all)
+Decoder = tuple[int | str, str, list[int], list[int] | None]
 
 
-def _decode(fit: CodeSet, test: CodeSet | None, layers: list[int], heads: list[int] | None,
-            folds: int, seed: int):  # fmt: skip
-    x_fit = fit.features(layers, heads)
-    if test is None:
-        kind = "ridge" if fit.target_kind == "regression" else "classifier"
-        return cross_validated_decoding(x_fit, fit.target, kind=kind, folds=folds, seed=seed)
-    decode = ridge_decoding if fit.target_kind == "regression" else classifier_decoding
-    return decode(x_fit, fit.target, test.features(layers, heads), test.target, seed=seed)
+def _decoders(num_layers: int, num_heads: int) -> list[Decoder]:
+    """Every code together, then per layer: all heads, each head alone, all but each."""
+    decoders: list[Decoder] = [("all", "all", list(range(num_layers)), None)]
+    for layer in range(num_layers):
+        decoders.append((layer, "all", [layer], None))
+        decoders += [(layer, f"h{h}", [layer], [h]) for h in range(num_heads)]
+        if num_heads > 1:
+            decoders += [
+                (layer, f"-h{h}", [layer], [i for i in range(num_heads) if i != h])
+                for h in range(num_heads)
+            ]
+    return decoders
+
+
+def _permutation(examples: int, seed: int) -> torch.Tensor:
+    """The shuffled-label control's permutation (that of ``linear._permuted``)."""
+    return torch.as_tensor(np.random.default_rng(seed).permutation(examples))
+
+
+def _accuracy_columns(
+    fit: CodeSet, tests: Mapping[str, CodeSet], decoders: list[Decoder], seed: int
+) -> list[dict[str, Any]]:
+    """Per decoder: fit accuracy, and for each test set its accuracy, binomial standard
+    error, majority-class chance and the shuffled-label decoder's accuracy."""
+    labels = fit.target.long()
+    classes, fit_ids = torch.unique(labels, return_inverse=True)
+    if len(classes) < 2:
+        raise ValueError(
+            f"the fit set holds a single class ({classes.tolist()}); a classifier needs at "
+            "least 2 classes: sample more examples or another split"
+        )
+    shuffled = fit_ids[_permutation(len(fit_ids), seed)]
+    columns: list[dict[str, Any]] = [{} for _ in decoders]
+    by_width: dict[int, list[int]] = defaultdict(list)
+    for index, (_, _, layers, heads) in enumerate(decoders):
+        by_width[fit.features(layers, heads).shape[1]].append(index)
+    for members in by_width.values():
+        chosen = [decoders[i] for i in members]
+        x_fit = torch.stack([fit.features(layers, heads) for _, _, layers, heads in chosen])
+        x_tests = [
+            torch.stack([test.features(layers, heads) for _, _, layers, heads in chosen])
+            for test in tests.values()
+        ]
+        x_fit, *x_tests = standardise(x_fit.double(), *(x.double() for x in x_tests))
+        count = len(chosen)
+        both = torch.cat([fit_ids.expand(count, -1), shuffled.expand(count, -1)])
+        weights = fit_logistic(torch.cat([x_fit, x_fit]), both, len(classes))
+        real, control = weights[:count], weights[count:]
+        fitted = classes[predict_logistic(real, x_fit)]
+        for slot, index in enumerate(members):
+            columns[index]["fit"] = float((fitted[slot] == labels).double().mean())
+        for (name, test), x_test in zip(tests.items(), x_tests, strict=True):
+            truth = test.target.long()
+            _, counts = torch.unique(truth, return_counts=True)
+            chance = float(counts.max() / len(truth))
+            hits = (classes[predict_logistic(real, x_test)] == truth).double().mean(1)
+            controls = (classes[predict_logistic(control, x_test)] == truth).double().mean(1)
+            for slot, index in enumerate(members):
+                accuracy = float(hits[slot])
+                columns[index][name] = {
+                    "test": accuracy, "chance": chance, "shuffled": float(controls[slot]),
+                    "test_se": float(np.sqrt(accuracy * (1 - accuracy) / len(truth))),
+                }  # fmt: skip
+    return columns
+
+
+def _classifier_rows(
+    fit: CodeSet, test: CodeSet, also: Mapping[str, CodeSet], decoders: list[Decoder], seed: int
+) -> list[dict[str, Any]]:
+    check_pair(fit.codes, fit.target, "fit set")
+    if not torch.isfinite(fit.codes).all():
+        raise ValueError("the fit set's codes hold NaN or infinite values")
+    for name, other in {"test": test, **also}.items():
+        check_pair(other.codes, other.target, f"{name} set")
+        if not torch.isfinite(other.codes).all():
+            raise ValueError(f"the {name} set's codes hold NaN or infinite values")
+        if other.codes.shape[1:] != fit.codes.shape[1:]:
+            raise ValueError(
+                f"fit and {name} sets differ in shape: codes {list(fit.codes.shape[1:])} vs "
+                f"{list(other.codes.shape[1:])} [layer, head, key]"
+            )
+    columns = _accuracy_columns(fit, {"test": test, **also}, decoders, seed)
+    rows = []
+    for (layer, heads, _, _), column in zip(decoders, columns, strict=True):
+        main = column["test"]
+        score = DecodingScore("accuracy", column["fit"], main["test"], main["chance"],
+                              main["shuffled"], main["test_se"])  # fmt: skip
+        row = {"layer": layer, "heads": heads, **score.to_dict()}
+        for name in also:
+            extra = column[name]
+            row |= {name: extra["test"], f"{name}_se": extra["test_se"],
+                    f"{name}_chance": extra["chance"]}  # fmt: skip
+        rows.append(row)
+    return rows
 
 
 def decoding_table(
-    fit: CodeSet, test: CodeSet | None = None, folds: int = 2, seed: int = 0
+    fit: CodeSet,
+    test: CodeSet | None = None,
+    folds: int = 2,
+    seed: int = 0,
+    also: Mapping[str, CodeSet] | None = None,
 ) -> list[dict[str, Any]]:
-    """Rows ``{"layer", "heads", "metric", "fit", "test", "chance", "shuffled"}``.
+    """Rows ``{"layer", "heads", "metric", "fit", "test", "chance", "shuffled",
+    "test_se"}``.
 
     ``layer`` is a layer index or ``"all"``; ``heads`` is ``"all"``, ``"h{i}"`` (head i
     alone) or ``"-h{i}"`` (every head but i). With ``test`` the decoder is fit on ``fit``
     and scored on ``test`` (e.g. in-distribution -> OOD); without, by ``folds``-fold
     cross-validation within ``fit`` (the fuzzy-logic protocol: fit on one half, score the
-    other, averaged).
+    other, averaged). ``also`` names more test sets the same decoders are scored on: a
+    row gets ``{name}``, ``{name}_se`` and ``{name}_chance`` for each.
     """
+    also = dict(also or {})
+    if also and test is None:
+        raise ValueError("also= scores the decoders on more test sets: pass test= as well")
     _, num_layers, num_heads, _ = fit.codes.shape
+    decoders = _decoders(num_layers, num_heads)
+    if test is not None and fit.target_kind == "classification":
+        return _classifier_rows(fit, test, also, decoders, seed)
     rows = []
-    all_layers = list(range(num_layers))
-    score = _decode(fit, test, all_layers, None, folds, seed)
-    rows.append({"layer": "all", "heads": "all", **score.to_dict()})
-    for layer in all_layers:
-        options: list[tuple[str, list[int] | None]] = [("all", None)]
-        options += [(f"h{h}", [h]) for h in range(num_heads)]
-        if num_heads > 1:
-            options += [
-                (f"-h{h}", [i for i in range(num_heads) if i != h]) for h in range(num_heads)
-            ]
-        for label, heads in options:
-            score = _decode(fit, test, [layer], heads, folds, seed)
+    for layer, label, layers, heads in decoders:
+        x_fit = fit.features(layers, heads)
+        if test is None:
+            kind = "ridge" if fit.target_kind == "regression" else "classifier"
+            score = cross_validated_decoding(x_fit, fit.target, kind=kind, folds=folds, seed=seed)
             rows.append({"layer": layer, "heads": label, **score.to_dict()})
+            continue
+        row = {"layer": layer, "heads": label}
+        row |= ridge_decoding(x_fit, fit.target, test.features(layers, heads), test.target,
+                              seed=seed).to_dict()  # fmt: skip
+        for name, other in also.items():
+            extra = ridge_decoding(x_fit, fit.target, other.features(layers, heads),
+                                   other.target, seed=seed)  # fmt: skip
+            row |= {name: extra.test, f"{name}_se": extra.test_se, f"{name}_chance": 0.0}
+        rows.append(row)
     return rows
