@@ -53,6 +53,11 @@ def add_atlas_parser(commands: argparse._SubParsersAction) -> None:
         "--detector-stories", type=int, default=8,
         help="stories TransformerLens's head detector reads (0 skips it; default: 8)",
     )  # fmt: skip
+    atlas.add_argument(
+        "--prompt",
+        help="the text the report's token-level attention viewer shows (default: a story "
+        "of the text relations' grammar with a sentence repeated)",
+    )
     atlas.add_argument("--device", choices=DEVICE_CHOICES, default="auto")
     atlas.set_defaults(handler=run_atlas_command)
 
@@ -73,7 +78,7 @@ def run_atlas_command(args: argparse.Namespace) -> int:
     results = run_atlas(
         args.model, out, args.examples, args.seq_len, args.device, args.seed,
         args.random_weights, not args.no_ablation, args.relation, args.padding_side,
-        args.detector_stories, args.ablation_examples,
+        args.detector_stories, args.ablation_examples, args.prompt,
     )  # fmt: skip
     overall = results["decoding"][0]
     print(

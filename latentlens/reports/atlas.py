@@ -17,16 +17,19 @@ import math
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from latentlens.figures.atlas import relation_weights
 from latentlens.figures.interactive import code_embedding_plotly
 from latentlens.figures.probes import code_embedding, decoding_by_head, head_ablation
 from latentlens.figures.save import save_figure
+from latentlens.figures.token_viewer import TokenViewer, token_attention
 from latentlens.probes.atlas import ABLATION_EXAMPLES, latent_atlas
 from latentlens.probes.head_types import HEAD_TYPES, head_type_scores, top_heads
 from latentlens.probes.induction import induction_ablation, repeated_random_tokens
 from latentlens.probes.pairs import TokenPairs
 from latentlens.probes.relations import repeated_token_pairs
-from latentlens.probes.text_relations import text_relation_pairs
+from latentlens.probes.text_relations import story_text, text_relation_pairs
 from latentlens.reports.report import Section, write_report
 from latentlens.training.checkpoint import atomic_write_bytes
 
@@ -161,9 +164,11 @@ def _clustering_section(results: dict[str, Any]) -> Section:
     )  # fmt: skip
 
 
-def write_atlas(results: dict[str, Any], out_dir: str | Path) -> tuple[Path, Path]:
+def write_atlas(
+    results: dict[str, Any], out_dir: str | Path, viewer: TokenViewer | None = None
+) -> tuple[Path, Path]:
     """Figures, ``results.json``, ``report.md`` and ``report.html`` of an atlas in
-    ``out_dir``."""
+    ``out_dir``; ``viewer``: a token-level attention viewer for the HTML report."""
     root = Path(out_dir)
     figures = root / "figures"
     root.mkdir(parents=True, exist_ok=True)
@@ -205,6 +210,15 @@ def write_atlas(results: dict[str, Any], out_dir: str | Path) -> tuple[Path, Pat
             interactive=[(code_embedding_plotly(results), "latent codes coloured by relation")],
         ),  # fmt: skip
     ]
+    if viewer is not None:
+        sections.append(Section(
+            "Attention token by token",
+            [f"The model on one prompt of {len(viewer.view.tokens)} tokens: hover a token to "
+             "see where each head of the chosen layer looks from it, then a key in that "
+             "pattern to see the pair's latent code over every layer and head (in "
+             f"report.html). The prompt: `{''.join(viewer.view.tokens).strip()}`"],
+            viewers=[(viewer, f"{results['model']}, every layer and head, token by token")],
+        ))  # fmt: skip
     if "ablation" in results:
         ablation = save_figure(head_ablation(results), figures / "head_ablation")[0]
         sections.append(Section(
@@ -307,12 +321,15 @@ def run_atlas(
     padding_side: str = "right",
     detector_stories: int = 8,
     ablation_examples: int = ABLATION_EXAMPLES,
+    prompt: str | None = None,
 ) -> dict[str, Any]:
     """Load ``model_name``, build its pairs of ``relation``, compute and write the atlas,
     with which query heads share key/value heads and the head detector's head types
     (``detector_stories`` stories; 0 skips the detector). The head ablations (one forward
     pass of ``ablation_examples`` pairs per head) score the next token, so they run on
-    causal language models only."""
+    causal language models only. The report's attention viewer shows ``prompt`` (default:
+    a story of the text relations' grammar with its second sentence repeated); a model
+    without a tokenizer gets none."""
     from latentlens.pretrained.language_model import (  # noqa: PLC0415
         key_value_groups,
         load_language_model,
@@ -331,5 +348,16 @@ def run_atlas(
         results["head_types"] = head_type_scores(model, detector_stories, seed)
         if ablation and causal:
             results["induction_ablation"] = _induction_check(model, results["head_types"], seed)
-    write_atlas(results, out_dir)
+    viewer = None
+    if getattr(model, "tokenizer", None) is not None:
+        text = prompt if prompt is not None else default_prompt(seed)
+        viewer = TokenViewer(token_attention(model, text, name=name))
+    write_atlas(results, out_dir, viewer)
     return results
+
+
+def default_prompt(seed: int = 0) -> str:
+    """The atlas viewer's prompt: a story of :mod:`latentlens.probes.text_relations`'s
+    grammar, ``A R R B`` (its second sentence repeated at once)."""
+    generator = torch.Generator().manual_seed(seed)
+    return story_text(generator, gap=0)

@@ -16,13 +16,15 @@ import plotly.graph_objects as go
 import plotly.offline
 
 from latentlens.figures.save import plotly_bundle, script_source
+from latentlens.figures.token_viewer import VIEWER_SCRIPT, VIEWER_STYLE, TokenViewer
 from latentlens.training.checkpoint import atomic_write_bytes
 
 
 @dataclass
 class Section:
     """A heading, paragraphs, an optional table (rows of equal keys), figures (PNG paths,
-    with captions) and interactive plotly figures with captions (HTML report only). In
+    with captions), interactive plotly figures with captions and token-level attention
+    viewers with captions (both HTML report only; the markdown names the viewers). In
     the HTML report an interactive figure takes the place of the static figure of the same
     caption (the markdown keeps the static one): a figure is shown once."""
 
@@ -31,6 +33,7 @@ class Section:
     table: Sequence[dict[str, Any]] = ()
     figures: Sequence[tuple[Path, str]] = ()
     interactive: Sequence[tuple[go.Figure, str]] = field(default_factory=list)
+    viewers: Sequence[tuple[TokenViewer, str]] = ()
 
 
 def _cell(value: Any) -> str:
@@ -55,6 +58,8 @@ def _markdown(title: str, sections: Sequence[Section], root: Path) -> str:
         for path, caption in section.figures:
             link = path.resolve().relative_to(root.resolve()).as_posix()
             lines += [f"![{caption}]({link})", "", f"*{caption}*", ""]
+        for _, caption in section.viewers:
+            lines += [f"*{caption}: interactive, in report.html*", ""]
     return "\n".join(lines)
 
 
@@ -106,6 +111,14 @@ def _html(title: str, sections: Sequence[Section], plotlyjs: str | None = None) 
                 f"<figcaption>{html.escape(caption)} (interactive: hover a point for its "
                 "label and split, click a legend entry to hide it)</figcaption></figure>"
             )
+        for viewer, caption in section.viewers:
+            body.append(
+                f"<figure>{viewer.html()}<figcaption>{html.escape(caption)} (interactive: "
+                "hover a token, then a key in its pattern; click a token to hold it)"
+                "</figcaption></figure>"
+            )
+    if any(section.viewers for section in sections):  # the viewers' script, once
+        body += [f"<style>{VIEWER_STYLE}</style>", f"<script>{VIEWER_SCRIPT}</script>"]
     body.append("</body></html>")
     return "\n".join(head + body) + "\n"
 

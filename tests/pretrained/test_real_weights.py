@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import math
 import os
+from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 from transformers import AutoModel, AutoModelForCausalLM
 
+from latentlens.figures.token_viewer import TokenViewer, shown
 from latentlens.pretrained import key_value_groups, load_language_model, model_folder
 from latentlens.pretrained.real_models import fetched
 from latentlens.probes import pair_codes
@@ -22,6 +24,7 @@ from latentlens.probes.head_types import head_type_scores, top_heads
 from latentlens.probes.linear import classifier_decoding
 from latentlens.probes.text_relations import text_relation_pairs
 
+from ..browser import chromium, page  # noqa: F401 (fixtures)
 from .tiny_models import extraction_order
 
 # Two float32 computations of the same attention weights (weights at most 1), through
@@ -128,3 +131,42 @@ def test_the_codes_and_the_head_detector_find_the_previous_token_head(
     weight = fit.codes[:, layer, head, 0]
     is_previous = fit.target == 0
     assert weight[is_previous].mean() > 0.5 > weight[~is_previous].mean()
+
+
+@pytest.mark.parametrize("name", ["smollm2-135m", "minilm-l6"])
+def test_the_attention_viewer_shows_the_real_models_weights_on_hover(
+    name: str,
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    page: Any,  # noqa: F811
+) -> None:
+    """The viewer's weights are transformers' own (eager attention); in headless Chromium,
+    hovering the second copy of a repeated word shows every head's pattern, and hovering
+    a key the pair's code over all layers and query heads, to the three decimals shown."""
+    bridge = request.getfixturevalue("smollm2" if name == "smollm2-135m" else "minilm")
+    prompt = "The kind sailor found a wooden kettle. The kind sailor found a"
+    viewer = TokenViewer.of(bridge, prompt, name=name)
+    tokens = bridge.to_tokens(prompt)
+    loader = AutoModelForCausalLM if name == "smollm2-135m" else AutoModel
+    reference = loader.from_pretrained(model_folder(name), attn_implementation="eager").eval()
+    with torch.no_grad():
+        attentions = reference(input_ids=tokens, output_attentions=True).attentions
+    expected = torch.stack([a[0] for a in attentions])
+    torch.testing.assert_close(viewer.view.patterns, expected, atol=ROUNDING, rtol=0)
+
+    layers, heads, n, _ = expected.shape
+    words = [t.strip().lower() for t in viewer.view.tokens]
+    query = n - 1 - words[::-1].index("sailor")  # the second "sailor"
+    key = words.index("sailor") + 1  # what followed the first: an induction head's key
+    page.goto(viewer.save(tmp_path / "viewer.html").as_uri())
+    assert page.locator(".llv-layer option").count() == layers
+    page.hover(f".llv-token[data-position='{query}']")
+    assert page.locator(".llv-pattern-table tr").count() == 1 + heads
+    grouped = page.inner_text(".llv-pattern-table tr:nth-child(10) th")
+    assert grouped == ("h8 (kv2)" if name == "smollm2-135m" else "h8")
+    page.hover(f".llv-cell[data-key='{key}'] >> nth=0")
+    values = page.locator(".llv-value").evaluate_all("cells => cells.map(c => c.textContent)")
+    assert values == [shown(v) for v in expected[:, :, query, key].flatten().tolist()]
+    later = expected[:, :, query, query + 1 :].sum().item()  # keys after the query
+    assert (later > 1.0) == (name == "minilm-l6")  # bidirectional encoder, causal decoder
+    assert page.errors == []

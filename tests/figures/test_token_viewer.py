@@ -1,0 +1,143 @@
+"""The token-level attention viewer: its weights are the model's attention weights, its
+page is self-contained, and in headless Chromium hovering a token shows each head's
+pattern over the keys, hovering a key the pair's code over layers and heads."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from latentlens.figures.token_viewer import MAX_TOKENS, TokenAttention, TokenViewer, shown
+from latentlens.pretrained import load_language_model
+from latentlens.reports.report import Section, write_report
+
+from ..browser import chromium, page  # noqa: F401 (fixtures)
+from ..pretrained.tiny_models import write_tiny_llama
+
+# Two float32 computations of the same attention weights (the bridge's hooks, transformers'
+# eager path) in a different order; and the page's uint16 steps, half of 1/65535 at most.
+ROUNDING = 1e-5
+QUANTUM = 0.5 / 65535
+
+
+def synthetic(layers: int = 3, heads: int = 4, tokens: int = 6, seed: int = 0) -> TokenAttention:
+    """Causal attention weights: each row a random distribution over the keys up to it."""
+    generator = torch.Generator().manual_seed(seed)
+    scores = torch.randn(layers, heads, tokens, tokens, generator=generator)
+    causal = torch.ones(tokens, tokens, dtype=torch.bool).tril()
+    patterns = scores.masked_fill(~causal, float("-inf")).softmax(-1)
+    words = tuple(f" w{i}" for i in range(tokens))
+    return TokenAttention("synthetic", words, patterns, key_value_groups=(0, 0, 1, 1))
+
+
+def page_weights(viewer: TokenViewer) -> np.ndarray:
+    """The weights a viewer's page carries, decoded as its script decodes them."""
+    found = re.search(r"<script type='application/json' id='[^']+'>(.*?)</script>", viewer.html())
+    data = json.loads(found.group(1))
+    raw = np.frombuffer(base64.b64decode(data["weights"]), dtype="<u2") / 65535
+    return raw.reshape(data["layers"], data["heads"], len(data["tokens"]), -1)
+
+
+def test_token_attention_is_transformers_attention_under_grouped_query_heads(
+    tmp_path: Path,
+) -> None:
+    folder = write_tiny_llama(tmp_path / "llama", heads=4, kv_heads=2)
+    bridge = load_language_model(str(folder), device="cpu")
+    prompt = "The old farmer carried a heavy basket . The old farmer carried"
+    viewer = TokenViewer.of(bridge, prompt, name="tiny llama")
+    reference = AutoModelForCausalLM.from_pretrained(folder, attn_implementation="eager").eval()
+    tokens = bridge.to_tokens(prompt)
+    with torch.no_grad():
+        attentions = reference(input_ids=tokens, output_attentions=True).attentions
+    expected = torch.stack([a[0] for a in attentions])
+    torch.testing.assert_close(viewer.view.patterns, expected, atol=ROUNDING, rtol=0)
+    assert viewer.view.tokens[0] == "<s>" and len(viewer.view.tokens) == tokens.shape[1]
+    assert viewer.view.key_value_groups == (0, 0, 1, 1)
+    torch.testing.assert_close(viewer.view.code(7, 3), expected[:, :, 7, 3])
+    np.testing.assert_allclose(page_weights(viewer), expected.numpy(), atol=QUANTUM + 1e-7)
+
+
+def test_bad_prompts_and_shapes_are_one_line_errors(tmp_path: Path) -> None:
+    folder = write_tiny_llama(tmp_path / "llama")
+    bridge = load_language_model(str(folder), device="cpu")
+    with pytest.raises(ValueError, match=f"give 1 to {MAX_TOKENS}"):
+        TokenViewer.of(bridge, list(range(5)) * 40)
+    view = synthetic()
+    with pytest.raises(ValueError, match=r"expected \[layer, head, query, key\]"):
+        TokenAttention("x", view.tokens, view.patterns[0])
+    with pytest.raises(ValueError, match="for 5 tokens"):
+        TokenAttention("x", view.tokens[:5], view.patterns)
+    with pytest.raises(ValueError, match="names 3 heads"):
+        TokenAttention("x", view.tokens, view.patterns, key_value_groups=(0, 0, 1))
+
+
+def test_hovering_a_token_shows_its_heads_patterns_and_a_key_the_code(
+    tmp_path: Path,
+    page,  # noqa: F811
+) -> None:
+    view = synthetic()
+    layers, heads, n, _ = view.patterns.shape
+    path = TokenViewer(view).save(tmp_path / "viewer.html")
+    page.goto(path.as_uri())
+    assert page.locator(".llv-pattern-table").count() == 0  # nothing hovered yet
+    assert "hover a token" in page.inner_text(".llv-status")
+
+    query = 4
+    page.hover(f".llv-token[data-position='{query}']")
+    assert "query 4 '·w4'" in page.inner_text(".llv-status")
+    rows = page.locator(".llv-pattern-table tr")
+    assert rows.count() == 1 + heads  # the key tokens, then a row per head
+    assert page.inner_text(".llv-pattern-table tr:nth-child(2) th") == "h0 (kv0)"
+    titles = page.locator(".llv-cell").evaluate_all("cells => cells.map(c => c.title)")
+    last = layers - 1  # the viewer opens on the last layer
+    expected = [
+        f"h{h} (kv{h // 2}), key {k}: {shown(view.patterns[last, h, query, k])}"
+        for h in range(heads)
+        for k in range(n)
+    ]
+    assert titles == expected
+
+    page.select_option(".llv-layer", "1")  # another layer: the same query, its patterns
+    titles = page.locator(".llv-cell").evaluate_all("cells => cells.map(c => c.title)")
+    assert titles[n + 2].endswith(shown(view.patterns[1, 1, query, 2]))
+
+    key = 2
+    page.hover(f".llv-cell[data-key='{key}'] >> nth=0")
+    assert "a(l, h, q=4, k=2)" in page.inner_text(".llv-code-title")
+    values = page.locator(".llv-value").evaluate_all("cells => cells.map(c => c.textContent)")
+    assert values == [shown(v) for v in view.code(query, key).flatten().tolist()]
+
+    page.click(".llv-token[data-position='5']")  # hold query 5, then hover a key token
+    page.hover(".llv-token[data-position='1']")
+    assert "query 5" in page.inner_text(".llv-status")
+    assert "a(l, h, q=5, k=1)" in page.inner_text(".llv-code-title")
+    assert page.errors == []
+
+
+def test_a_report_carries_the_script_once_and_draws_every_viewer(
+    tmp_path: Path,
+    page,  # noqa: F811
+) -> None:
+    first, second = TokenViewer(synthetic(seed=1)), TokenViewer(synthetic(layers=2, seed=2))
+    markdown, html = write_report(
+        tmp_path, "viewers",
+        [Section("one", viewers=[(first, "first")]), Section("two", viewers=[(second, "second")])],
+    )  # fmt: skip
+    text = html.read_text()
+    assert text.count("window.latentlensTokenViewer = {") == 1
+    assert "src=" not in text  # nothing loaded from elsewhere: it opens offline
+    assert "*first: interactive, in report.html*" in markdown.read_text()
+    page.goto(html.as_uri())
+    assert page.locator("div.llv").count() == 2
+    assert page.locator("div.llv >> nth=1").locator("option").count() == 2
+    page.hover("div.llv >> nth=1 >> .llv-token[data-position='3']")
+    assert page.locator("div.llv >> nth=1").locator(".llv-pattern-table").count() == 1
+    assert page.locator("div.llv >> nth=0").locator(".llv-pattern-table").count() == 0
+    assert page.errors == []
