@@ -1,14 +1,18 @@
 """Streaming extraction: activations at chosen hook points, sliced per batch, with labels,
 from any hooked model and any labelled source (:mod:`latentlens.probes.source`).
 
-Each batch goes through ``run_with_cache`` with a names filter, and only the requested slice
-of each activation is kept (by default the last position of ``[batch, pos, ...]`` streams;
-activations without a position axis, like ``hook_task_latent``, are kept whole). Memory is
-bounded by the batch size and the slices, not by the full caches.
+Each batch runs with a hook on every requested hook point that keeps only the requested
+slice of its activation at once (by default the last position of ``[batch, pos, ...]``;
+activations without a position axis, like ``hook_task_latent``, are kept whole), so a
+batch never holds more than one full activation: memory is bounded by the batch size and
+the slices, not by a cache of every layer. Once every requested hook has fired the
+forward pass stops: nothing after the last of them (the later layers, the unembedding)
+is computed.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -70,7 +74,6 @@ def extract(
             f"unknown hook names {unknown}; the model has e.g. {sorted(model.hook_dict)[:6]}"
         )
     select = dict(select or {})
-    wanted = set(hook_names)
     batches = source.labelled_batches(
         split, examples, batch_size, seed, **dict(sample_options or {})
     )
@@ -85,11 +88,9 @@ def extract(
         for batch in batches:
             size = len(batch)
             inputs, options = source.model_inputs(batch), forward_kwargs(source, batch)
-            _, cache = model.run_with_cache(*inputs, names_filter=lambda n: n in wanted, **options)
-            kept = {n: select.get(n, last_position)(cache[n], batch) for n in hook_names}
-            del cache
+            kept = _slices(model, inputs, options, batch, hook_names, select)
             for name, value in kept.items():
-                _fill(activations, name, value.detach().float(), seen, examples)
+                _fill(activations, name, value, seen, examples)
             for name, label in batch.labels.items():
                 if label.ndim and label.shape[0] == size:
                     _fill(labels, name, label, seen, examples)
@@ -100,6 +101,40 @@ def extract(
         name = type(source).__name__
         raise ValueError(f"{name} gave {seen} examples of {split!r}, not the {examples} asked for")
     return Extraction(activations, labels)
+
+
+class _EveryHookFired(Exception):
+    """Raised by the last requested hook of a forward pass: the rest is not needed."""
+
+
+def _slices(
+    model: HookedLike,
+    inputs: tuple[torch.Tensor, ...],
+    options: dict[str, Any],
+    batch: Batch,
+    hook_names: Sequence[str],
+    select: Mapping[str, Selector],
+) -> dict[str, torch.Tensor]:
+    """The kept slice of each of ``hook_names`` on one batch, taken as each hook fires."""
+    kept: dict[str, torch.Tensor] = {}
+
+    def keeper(name: str) -> Any:
+        def keep(activation: torch.Tensor, hook: Any) -> None:
+            # a copy: a view would keep the whole activation alive
+            value = select.get(name, last_position)(activation, batch)
+            kept[name] = value.detach().to(torch.float32, copy=True)
+            if len(kept) == len(hook_names):
+                raise _EveryHookFired
+
+        return keep
+
+    hooks = [(name, keeper(name)) for name in hook_names]
+    with contextlib.suppress(_EveryHookFired):
+        model.run_with_hooks(*inputs, fwd_hooks=hooks, **options)
+    missing = [name for name in hook_names if name not in kept]
+    if missing:
+        raise ValueError(f"the hooks {missing} did not fire in a forward pass of the model")
+    return kept
 
 
 def _fill(
