@@ -116,6 +116,7 @@ def latent_atlas(
     ablation: bool = True,
     batch_size: int = 128,
     ablation_examples: int = ABLATION_EXAMPLES,
+    causal: bool = False,
 ) -> dict[str, Any]:
     """The atlas of ``model`` on ``pairs`` (see the module's docstring): a dict with
     ``decoding`` (rows of :func:`~latentlens.probes.decoding.decoding_table`, fit on half
@@ -124,10 +125,12 @@ def latent_atlas(
     ``clustering`` (per layer), ``mean_weight`` (per layer, head and relation),
     ``embedding`` (2-D, of the layer decoded best OOD), ``ablation`` (zeroing each head's
     output, change in the log-probability of the answer on ``ablation_examples`` pairs;
-    where the pairs have answers) and ``degenerate`` (named problems)."""
+    where the pairs have answers) and ``degenerate`` (named problems). ``causal``: the
+    model is a decoder, so the codes are read without the tokens after each batch's last
+    query (see :func:`~latentlens.probes.pairs.pair_codes`)."""
     layers = pattern_hooks(model)
-    ident = pair_codes(model, pairs, "id", batch_size=batch_size, seed=seed)
-    ood = pair_codes(model, pairs, "ood", batch_size=batch_size, seed=seed)
+    ident = pair_codes(model, pairs, "id", batch_size=batch_size, seed=seed, causal=causal)
+    ood = pair_codes(model, pairs, "ood", batch_size=batch_size, seed=seed, causal=causal)
     fit, id_test = _halves(ident)
     by_ood = decoding_table(fit, ood, seed=seed, also={"id_test": id_test})
     for row in by_ood:

@@ -132,11 +132,19 @@ class TokenPairs:
         return torch.nonzero(self.ood if split == "ood" else ~self.ood).flatten()
 
     def labelled_batches(
-        self, split: str, examples: int | None = None, batch_size: int = 256, seed: int = 0
+        self,
+        split: str,
+        examples: int | None = None,
+        batch_size: int = 256,
+        seed: int = 0,
+        through_query: bool = False,
     ) -> Iterator[Batch]:
         """The first ``examples`` (default: all) examples of ``split`` in a ``seed``-ed
         order, in batches; labels ``query`` ``[b]``, ``keys`` ``[b, k]``, ``label``,
-        ``factors``, ``groups``, ``index`` (the row in the dataset); targets: ``answer``."""
+        ``factors``, ``groups``, ``index`` (the row in the dataset); targets: ``answer``.
+        ``through_query`` cuts each batch's tokens after its last query: for a causal
+        model, whose attention at a query never reads a later token, the codes are the
+        same and the tokens after them are not computed."""
         rows = self.rows(split)
         examples = len(rows) if examples is None else examples
         if isinstance(examples, bool) or not isinstance(examples, int) or examples <= 0:
@@ -151,7 +159,8 @@ class TokenPairs:
         order = rows[torch.randperm(len(rows), generator=torch.Generator().manual_seed(seed))]
         for start in range(0, examples, batch_size):
             index = order[start : min(start + batch_size, examples)]
-            yield self.batch(index)
+            batch = self.batch(index)
+            yield _through(batch, int(batch.labels["query"].max()) + 1) if through_query else batch
 
     def batch(self, index: torch.Tensor) -> Batch:
         """The examples ``index`` as a :class:`~latentlens.tasks.Batch`."""
@@ -194,6 +203,14 @@ class TokenPairs:
         }
 
 
+def _through(batch: Batch, length: int) -> Batch:
+    """``batch`` with its tokens (and attention mask) cut to the first ``length``."""
+    labels = dict(batch.labels)
+    if "attention_mask" in labels:
+        labels["attention_mask"] = labels["attention_mask"][:, :length]
+    return Batch(batch.inputs[:, :length], batch.targets, labels)
+
+
 def _checked_mask(
     mask: torch.Tensor | None, tokens: torch.Tensor, query: torch.Tensor, keys: torch.Tensor
 ) -> torch.Tensor | None:
@@ -230,6 +247,7 @@ def pair_codes(
     seed: int = 0,
     prefix: str = "",
     module: str = "attn",
+    causal: bool = False,
 ) -> CodeSet:
     """The latent codes of each example's labelled pair in every layer:
     ``codes[e, layer, head, j] = pattern[e, head, query_e, keys_e[j]]``, read from the
@@ -238,7 +256,9 @@ def pair_codes(
     ``source``'s batches carry labels ``query`` ``[b]``, ``keys`` ``[b, k]`` and ``label``
     ``[b]`` (and, optionally, ``factors`` ``[b, f]`` and ``groups`` ``[b]``), as
     :class:`TokenPairs` does. ``examples`` defaults to the whole split of a
-    :class:`TokenPairs`."""
+    :class:`TokenPairs`. ``causal``: the model's attention never reads a later token (a
+    decoder), so each batch of a :class:`TokenPairs` is cut after its last query
+    (the tokens after it cost time and change no code)."""
     names = pattern_hooks(model, prefix, module)
 
     def select(pattern: torch.Tensor, batch: Batch) -> torch.Tensor:
@@ -262,8 +282,9 @@ def pair_codes(
         if not isinstance(source, TokenPairs):
             raise ValueError("examples=None takes a whole split of TokenPairs; give a number")
         examples = len(source.rows(split))
+    options = {"through_query": True} if causal and isinstance(source, TokenPairs) else None
     got = extract(model, source, split, names, examples, batch_size, seed,
-                  select=dict.fromkeys(names, select))  # fmt: skip
+                  select=dict.fromkeys(names, select), sample_options=options)  # fmt: skip
     label = got.labels["label"]
     return CodeSet(
         codes=torch.stack([got.activations[name] for name in names], dim=1),

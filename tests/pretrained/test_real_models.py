@@ -142,6 +142,13 @@ def test_gqa_codes_are_transformers_attention_weights_under_padding(
     for layer, attention in enumerate(attentions):
         expected = attention[rows, :, pairs.query[rows], pairs.keys[rows, 0]]  # [pairs, head]
         torch.testing.assert_close(codes.codes[:, layer, :, 0], expected, atol=ROUNDING, rtol=0)
+    # a decoder's codes read without the tokens after the batch's last query: the same
+    cut = pair_codes(bridge, pairs, "id", batch_size=len(pairs), seed=0, causal=True)
+    torch.testing.assert_close(cut.codes, codes.codes, atol=ROUNDING, rtol=0)
+    shortened = next(pairs.labelled_batches("id", None, len(pairs), through_query=True))
+    assert shortened.inputs.shape[1] == int(pairs.query[pairs.rows("id")].max()) + 1
+    assert shortened.labels["attention_mask"].shape == shortened.inputs.shape
+    assert shortened.inputs.shape[1] < pairs.tokens.shape[1]  # the last sentence is not read
     # padding changes no code: each sequence alone, without padding, gives the same
     for n in rows[:6].tolist():
         real = pairs.attention_mask[n].bool()

@@ -65,7 +65,7 @@ def assert_codes_are_transformers(bridge: Any, reference: Any, side: str, encode
             **options,
         ).attentions  # fmt: skip
     for split in ("id", "ood"):
-        codes = pair_codes(bridge, pairs, split, batch_size=len(pairs), seed=0)
+        codes = pair_codes(bridge, pairs, split, batch_size=len(pairs), seed=0, causal=not encoder)
         rows = extraction_order(pairs, split)
         for layer, attention in enumerate(attentions):
             expected = attention[rows, :, pairs.query[rows], pairs.keys[rows, 0]]
