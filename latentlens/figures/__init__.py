@@ -12,11 +12,14 @@ from latentlens.figures.probes import (
 )
 from latentlens.figures.routing import fuse_weight_curves, load_fuse_weights, routing_evolution
 from latentlens.figures.save import figure_svg, save_figure, save_plotly
+from latentlens.figures.token_viewer import TokenAttention, TokenViewer, token_attention
 from latentlens.figures.tracking import tracked_array
 from latentlens.figures.training import decoding_curves, metric_curves, translation_quality_curves
 from latentlens.training.tracked_file import TrackedArray, load_tracked
 
 __all__ = [
+    "TokenAttention",
+    "TokenViewer",
     "TrackedArray",
     "code_embedding",
     "code_embedding_plotly",
@@ -33,6 +36,7 @@ __all__ = [
     "save_plotly",
     "structure_scores",
     "load_tracked",
+    "token_attention",
     "tracked_array",
     "tracked_heatmap",
     "translation_quality_curves",

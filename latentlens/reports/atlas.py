@@ -325,9 +325,10 @@ def run_atlas(
 ) -> dict[str, Any]:
     """Load ``model_name``, build its pairs of ``relation``, compute and write the atlas,
     with which query heads share key/value heads and the head detector's head types
-    (``detector_stories`` stories; 0 skips the detector). The head ablations (one forward
-    pass of ``ablation_examples`` pairs per head) score the next token, so they run on
-    causal language models only. The report's attention viewer shows ``prompt`` (default:
+    (``detector_stories`` stories; 0 skips the detector). The head ablations (``ablation``:
+    one forward pass of ``ablation_examples`` pairs per head) and the causal check of the
+    detector's induction heads (a few forward passes) score the next token, so they run
+    on causal language models only. The report's attention viewer shows ``prompt`` (default:
     a story of the text relations' grammar with its second sentence repeated); a model
     without a tokenizer gets none."""
     from latentlens.pretrained.language_model import (  # noqa: PLC0415
@@ -341,12 +342,12 @@ def run_atlas(
     causal = type(model.original_model).__name__.endswith(("ForCausalLM", "LMHeadModel"))
     results = latent_atlas(
         model, pairs, name, seed=seed, ablation=ablation and causal,
-        ablation_examples=ablation_examples,
+        ablation_examples=ablation_examples, causal=causal,
     )  # fmt: skip
     results["key_value_groups"] = key_value_groups(model)
     if detector_stories:
         results["head_types"] = head_type_scores(model, detector_stories, seed)
-        if ablation and causal:
+        if causal:
             results["induction_ablation"] = _induction_check(model, results["head_types"], seed)
     viewer = None
     if getattr(model, "tokenizer", None) is not None:
