@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 from scipy.spatial.distance import pdist, squareform
-from scipy.stats import spearmanr
+from scipy.stats import rankdata
 from sklearn.cluster import AgglomerativeClustering, KMeans
 from sklearn.decomposition import PCA
 from sklearn.exceptions import ConvergenceWarning
@@ -112,6 +112,13 @@ def embed_codes(codes: ArrayLike, method: str = "pca", seed: int = 0) -> np.ndar
     return reducer.fit_transform(x)
 
 
+def _standardised(values: np.ndarray) -> np.ndarray:
+    """``values`` centred and scaled to unit norm: their dot product with another such
+    vector is Pearson's correlation."""
+    centred = values - values.mean()
+    return centred / np.linalg.norm(centred)
+
+
 def topographic_similarity(
     codes: ArrayLike,
     factors: ArrayLike,
@@ -137,13 +144,19 @@ def topographic_similarity(
     factor_square = squareform(pdist(f, "hamming"))
     if np.ptp(code_distances) == 0 or np.ptp(factor_square) == 0:
         raise ValueError("all codes or all factors are identical: the correlation is undefined")
+    # Spearman's rho is Pearson's on ranks. Permuting the examples rearranges the factor
+    # distances, so their ranks rearrange with them and their mean and spread stay put:
+    # each permutation's rho is one dot product with the ranks standardised once.
     upper = np.triu_indices(len(x), k=1)
-    rho = float(spearmanr(code_distances, factor_square[upper]).statistic)
+    code_ranks = _standardised(rankdata(code_distances))
+    factor_ranks = np.zeros_like(factor_square)
+    factor_ranks[upper] = _standardised(rankdata(factor_square[upper]))
+    factor_ranks += factor_ranks.T
+    rho = float(code_ranks @ factor_ranks[upper])
     exceed = 0
     for _ in range(n_permutations):
         order = rng.permutation(len(x))
-        permuted = factor_square[np.ix_(order, order)][upper]
-        exceed += spearmanr(code_distances, permuted).statistic >= rho
+        exceed += float(code_ranks @ factor_ranks[np.ix_(order, order)][upper]) >= rho
     return {
         "rho": rho,
         "p_value": float((1 + exceed) / (1 + n_permutations)),

@@ -57,6 +57,42 @@ def test_topographic_similarity_of_a_compositional_code_and_of_noise() -> None:
     assert result["pairs"] == 200 * 199 // 2
 
 
+def slow_topographic_similarity(codes, factors, n_permutations, max_examples, seed):
+    """The definition, one scipy Spearman correlation per permutation."""
+    from scipy.spatial.distance import pdist, squareform
+    from scipy.stats import spearmanr
+
+    rng = np.random.default_rng(seed)
+    if len(codes) > max_examples:
+        keep = rng.choice(len(codes), max_examples, replace=False)
+        codes, factors = codes[keep], factors[keep]
+    distances, hamming = pdist(codes), squareform(pdist(factors, "hamming"))
+    upper = np.triu_indices(len(codes), k=1)
+    rho = spearmanr(distances, hamming[upper]).statistic
+    rhos = []
+    for _ in range(n_permutations):
+        order = rng.permutation(len(codes))
+        rhos.append(spearmanr(distances, hamming[np.ix_(order, order)][upper]).statistic)
+    return rho, np.asarray(rhos)
+
+
+@pytest.mark.parametrize("signal", [0.0, 0.02, 1.0])
+def test_topographic_similarity_is_the_permutation_test_of_spearmans_rho(signal: float) -> None:
+    """Ranked once and permuted, against scipy's rho re-ranked for every permutation: the
+    same rho to rounding, and the same count of permutations reaching it (ties in the
+    Hamming distances and codes that repeat, as the probes' factors and codes have)."""
+    rng = np.random.default_rng(3)
+    bits = rng.integers(0, 2, size=(260, 4))
+    codes = signal * bits @ rng.normal(size=(4, 6)) + rng.normal(size=(260, 6))
+    codes[:20] = codes[20:40]  # repeated codes: tied distances
+    got = topographic_similarity(codes, bits, n_permutations=199, max_examples=240, seed=7)
+    rho, rhos = slow_topographic_similarity(codes, bits, 199, 240, seed=7)
+    assert got["rho"] == pytest.approx(rho, abs=1e-12)
+    # a permutation within 1e-12 of rho would be a rounding tie: none is
+    assert np.abs(rhos - rho).min() > 1e-12
+    assert got["p_value"] == (1 + int((rhos >= rho).sum())) / 200
+
+
 def test_embeddings_and_errors() -> None:
     rng = np.random.default_rng(0)
     codes = rng.normal(size=(50, 4))
