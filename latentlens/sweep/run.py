@@ -127,16 +127,34 @@ def live_step(out: Path, name: str) -> int | None:
     return records[-1]["step"] if records else None
 
 
+def _read_states(path: Path) -> dict[str, dict[str, Any]]:
+    """The cells' states in a sweep's ``sweep.json``, checked: ``{"cells": {name: {"state":
+    ..., ...}}}`` with each name a folder of the sweep; a one-line error naming the file."""
+
+    def damaged(why: str) -> ValueError:
+        return ValueError(f"{path} is damaged ({why}); run the sweep again to rewrite it")
+
+    try:
+        states = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as err:
+        raise damaged(str(err) or type(err).__name__) from None
+    if not isinstance(states, dict) or not isinstance(states.get("cells"), dict):
+        raise damaged("no 'cells' object")
+    for name, state in states["cells"].items():
+        if not name or name in (".", "..") or "/" in name or "\\" in name:
+            raise damaged(f"cell name {name!r} is not a folder of the sweep")
+        if not isinstance(state, dict) or not isinstance(state.get("state"), str):
+            raise damaged(f"cell {name!r} has no 'state'")
+    return states["cells"]
+
+
 def status_lines(out: Path) -> list[str]:
     """The sweep in ``out`` as a table, a row per cell: its state, step and its task's
     headline metric (:attr:`latentlens.tasks.Task.headline`), then the counts."""
     path = out / STATUS_FILE
     if not path.is_file():
         raise ValueError(f"{out} holds no sweep ({STATUS_FILE}); start one with latentlens sweep")
-    try:
-        states = json.loads(path.read_text())["cells"]
-    except (json.JSONDecodeError, KeyError, TypeError) as err:
-        raise ValueError(f"{path} is damaged ({err}); run the sweep again to rewrite it") from None
+    states = _read_states(path)
     rows = [("cell", "state", "step", "headline")]
     for name, state in states.items():
         step = live_step(out, name)

@@ -58,6 +58,7 @@ class SweepSpec:
     model: str
     base: dict[str, dict[str, Any]]
     axes: dict[str, list[Any]]
+    where: str = "the sweep spec"  # its file, for the errors its cells raise
 
     @classmethod
     def read(cls, path: str | Path) -> SweepSpec:
@@ -90,9 +91,18 @@ class SweepSpec:
             raise ValueError(
                 f"{where} has unknown keys {unknown}; allowed: task, model, base, axes"
             )
+        for key in ("task", "model"):
+            if key in data and not isinstance(data[key], str):
+                raise ValueError(f"{where}: {key!r} must be a name (a string), not {data[key]!r}")
         base = data.get("base") or {}
         if not isinstance(base, dict) or set(base) - set(SECTIONS):
             raise ValueError(f"{where}: 'base' holds the sections {SECTIONS} only")
+        for section, fields in base.items():
+            if fields is not None and not isinstance(fields, dict):
+                raise ValueError(
+                    f"{where}: base.{section} must map field names to values, not a "
+                    f"{type(fields).__name__}"
+                )
         axes = data["axes"]
         if not isinstance(axes, dict) or not axes:
             raise ValueError(f"{where}: 'axes' must map SECTION.FIELD to a list of values")
@@ -106,7 +116,7 @@ class SweepSpec:
                 raise ValueError(f"{where}: axis {axis!r} needs a non-empty list of values")
         return cls(str(data["task"]), str(data.get("model", "transformer")),
                    {s: dict(base.get(s) or {}) for s in SECTIONS},
-                   {str(k): list(v) for k, v in axes.items()})  # fmt: skip
+                   {str(k): list(v) for k, v in axes.items()}, where)  # fmt: skip
 
     def size(self) -> int:
         """The number of cells, counted without building them."""
@@ -133,14 +143,17 @@ class SweepSpec:
                 section, _, field = axis.partition(".")
                 sections[section][field] = value
             task_config = sections["task"] or None
-            config = Trainer.resolve_config(
-                task,
-                model_for_task(task, task_config, self.model, **sections["model"]),
-                # Ray gives each cell one core: its runs compute (and record) one thread
-                TrainConfig.for_task(task, self.model, **{"threads": 1, **sections["train"]}),
-                task_config,
-            )
             name = cell_name(values)
+            try:
+                config = Trainer.resolve_config(
+                    task,
+                    model_for_task(task, task_config, self.model, **sections["model"]),
+                    # Ray gives each cell one core: its runs compute (and record) one thread
+                    TrainConfig.for_task(task, self.model, **{"threads": 1, **sections["train"]}),
+                    task_config,
+                )
+            except (ValueError, TypeError) as err:
+                raise ValueError(f"{self.where}, cell {name}: {err}") from None
             if any(cell.name == name for cell in cells):
                 raise ValueError(
                     f"two cells of the sweep would share the folder {name!r} (values that "

@@ -144,6 +144,14 @@ class RunDirectory:
                 f"{self.config_path} is not a run's config (it needs the JSON objects "
                 f"{', '.join(sections)}); restore it, or start a new run in another --run-dir"
             )
+        for section, key in (("task", "name"), (None, "model_kind")):
+            holder = config if section is None else config.get(section)
+            if isinstance(holder, dict) and key in holder and not isinstance(holder[key], str):
+                where = key if section is None else f"{section}.{key}"
+                raise ValueError(
+                    f"{self.config_path} is damaged: {where} is {holder[key]!r}, not a name; "
+                    "restore it, or start a new run in another --run-dir"
+                )
         return config
 
     def config_without_seed(self) -> dict[str, Any]:

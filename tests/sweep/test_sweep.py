@@ -147,6 +147,34 @@ def test_bad_sweep_input_is_one_line(tmp_path, capsys) -> None:
     broken.write_text("task: [unclosed")
     assert main(["sweep", str(broken)]) == 2
     assert "is not valid yaml" in capsys.readouterr().err
+    # spec shapes that once ended in "unexpected error": each names the file and the key
+    shapes = {
+        '{"task": "fuzzy-logic", "base": {"train": [1]}, "axes": {"train.seed": [0]}}':
+            "base.train must map field names to values, not a list",
+        '{"task": "fuzzy-logic", "model": [1], "axes": {"train.seed": [0]}}':
+            "'model' must be a name (a string), not [1]",
+        '{"task": "fuzzy-logic", "axes": {"train.stpes": [1]}}':
+            "cell stpes=1: TrainConfig got unknown field(s) ['stpes']",
+    }  # fmt: skip
+    for text, message in shapes.items():
+        spec = tmp_path / "shape.json"
+        spec.write_text(text)
+        assert main(["sweep", str(spec), "--out", str(tmp_path / "never")]) == 2
+        err = capsys.readouterr().err
+        assert f"{spec}" in err and message in err and "unexpected" not in err, err
+        assert not (tmp_path / "never").exists()
+    # a damaged sweep.json: named, never read outside the sweep's folder
+    status = tmp_path / "sweep.json"
+    damaged = {
+        '{"cells": {"a": 5}}': "cell 'a' has no 'state'",
+        "[1]": "no 'cells' object",
+        '{"cells": {"../x": {"state": "done"}}}': "cell name '../x' is not a folder of the sweep",
+    }
+    for text, message in damaged.items():
+        status.write_text(text)
+        assert main(["sweep", "--status", str(tmp_path)]) == 2
+        err = capsys.readouterr().err
+        assert f"{status} is damaged ({message})" in err and "unexpected" not in err, err
 
 
 def test_a_killed_worker_is_retried_and_its_cell_resumes_bit_equal(tmp_path) -> None:

@@ -8,6 +8,7 @@ import json
 import math
 import os
 import re
+import shutil
 import signal
 import socket
 import time
@@ -259,6 +260,15 @@ def test_former_tracebacks_are_one_line_errors(tmp_path, capsys) -> None:
     (tmp_path / "y" / "config.json").write_text('{"a":' * 100_000 + "1" + "}" * 100_000)
     code, err = cli(["eval", str(tmp_path / "y")], capsys)
     assert code == 2 and "config.json is corrupt (nested too deeply)" in err
+    assert cli(train_flags(tmp_path / "z", steps=20), capsys)[0] == 0
+    for index, name in enumerate((5, None, [1])):  # a damaged task name: once a TypeError
+        run = shutil.copytree(tmp_path / "z", tmp_path / f"z{index}")
+        config = json.loads((run / "config.json").read_text())
+        config["task"]["name"] = name
+        (run / "config.json").write_text(json.dumps(config))
+        for command in ("eval", "probe"):
+            code, err = cli([command, str(run)], capsys)
+            assert code == 2 and f"is damaged: task.name is {name!r}, not a name" in err, err
     bad = tmp_path / "typo.json"  # a misspelt training key
     bad.write_text(json.dumps({"train": {"stpes": 5}}))
     code, err = cli([*train_flags(tmp_path / "f"), "--config", str(bad)], capsys)
