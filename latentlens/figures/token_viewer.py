@@ -131,7 +131,8 @@ def _key_value_groups(model: Any) -> tuple[int, ...] | None:
 def shown(weight: float) -> str:
     """A weight as the page shows it: rounded to its uint16 step, held as a float32 (the
     script's ``Float32Array``), three decimals."""
-    step = float(np.float32(np.rint(min(max(weight, 0.0), 1.0) * 65535) / 65535))
+    clamped = min(max(float(weight), 0.0), 1.0)
+    step = float(np.float32(np.rint(clamped * 65535) / 65535))
     return f"{step:.3f}"
 
 

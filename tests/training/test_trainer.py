@@ -57,10 +57,13 @@ def tiny_config(steps: int = 40, attention: str = "softmax", **train) -> dict:
 
 
 def digest(directory: Path) -> dict[str, str]:
+    """The run's files by content; not ``.lock``, whose holder record (PID, host, the
+    second it was taken) every writer rewrites, a refused one too: the test once failed
+    when a refused resume's second differed from the last writer's."""
     return {
         p.name: hashlib.sha256(p.read_bytes()).hexdigest()
         for p in sorted(directory.rglob("*"))
-        if p.is_file()
+        if p.is_file() and p.name != ".lock"
     }
 
 
