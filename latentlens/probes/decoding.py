@@ -20,6 +20,7 @@ from latentlens.probes.linear import (
     DecodingScore,
     check_pair,
     cross_validated_decoding,
+    permuted,
     ridge_decoding,
 )
 from latentlens.probes.logistic import fit_logistic, predict_logistic, standardise
@@ -42,11 +43,6 @@ def _decoders(num_layers: int, num_heads: int) -> list[Decoder]:
     return decoders
 
 
-def _permutation(examples: int, seed: int) -> torch.Tensor:
-    """The shuffled-label control's permutation (that of ``linear._permuted``)."""
-    return torch.as_tensor(np.random.default_rng(seed).permutation(examples))
-
-
 def _accuracy_columns(
     fit: CodeSet, tests: Mapping[str, CodeSet], decoders: list[Decoder], seed: int
 ) -> list[dict[str, Any]]:
@@ -59,11 +55,12 @@ def _accuracy_columns(
             f"the fit set holds a single class ({classes.tolist()}); a classifier needs at "
             "least 2 classes: sample more examples or another split"
         )
-    shuffled = fit_ids[_permutation(len(fit_ids), seed)]
+    shuffled = torch.as_tensor(permuted(fit_ids.numpy(), seed))  # the control's labels
     columns: list[dict[str, Any]] = [{} for _ in decoders]
+    _, _, num_heads, keys = fit.codes.shape
     by_width: dict[int, list[int]] = defaultdict(list)
     for index, (_, _, layers, heads) in enumerate(decoders):
-        by_width[fit.features(layers, heads).shape[1]].append(index)
+        by_width[len(layers) * len(heads or range(num_heads)) * keys].append(index)
     for members in by_width.values():
         chosen = [decoders[i] for i in members]
         x_fit = torch.stack([fit.features(layers, heads) for _, _, layers, heads in chosen])

@@ -78,7 +78,8 @@ def _check_widths(x_fit: np.ndarray, x_test: np.ndarray) -> None:
         )
 
 
-def _permuted(labels: np.ndarray, seed: int) -> np.ndarray:
+def permuted(labels: np.ndarray, seed: int) -> np.ndarray:
+    """``labels`` in the shuffled-label control's order (seeded)."""
     return labels[np.random.default_rng(seed).permutation(len(labels))]
 
 
@@ -122,7 +123,7 @@ def ridge_decoding(
             f"fit and test sets differ in width: targets {y_fit.shape[1]} vs {y_test.shape[1]}"
         )
     decoder = Ridge(alpha=alpha).fit(x_fit, y_fit)
-    control = Ridge(alpha=alpha).fit(x_fit, _permuted(y_fit, seed))
+    control = Ridge(alpha=alpha).fit(x_fit, permuted(y_fit, seed))
     predicted = decoder.predict(x_test)
     return DecodingScore(
         metric="r2",
@@ -166,7 +167,7 @@ def classifier_decoding(
             "least 2 classes: sample more examples or another split"
         )
     decoder = _classifier(max_iter).fit(x_fit, y_fit)
-    control = _classifier(max_iter).fit(x_fit, _permuted(y_fit, seed))
+    control = _classifier(max_iter).fit(x_fit, permuted(y_fit, seed))
     _, counts = np.unique(y_test, return_counts=True)
     accuracy = float((decoder.predict(x_test) == y_test).mean())
     return DecodingScore(
