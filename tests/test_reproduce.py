@@ -270,3 +270,19 @@ def test_gpu_sections_trains_every_group_at_once_and_names_the_machine(
                                for s in (0, 1)]  # fmt: skip
     text = (out / "results-fuzzy-logic-a1" / "RESULTS.md").read_text()
     assert "Trained on CPU, torch " in text and "by benchmarks/gpu_sections.py" in text
+
+
+def test_only_checked_attentions_take_the_cuda_fast_path(reproduce) -> None:
+    """HYLA's --compile/--cuda-graphs training failed on 4-layer SRAVEN where eager training
+    learned: the sections train every attention but the checked ones eagerly on CUDA."""
+    from reproduction.runs import fast_path
+
+    def config(**model) -> dict:
+        return {"model": model, "task": {"name": "sraven"}}
+
+    assert fast_path(config(attention="softmax"), cuda=True)
+    assert fast_path(config(attention="linear"), cuda=True)
+    assert fast_path(config(), cuda=True)  # a model kind without the option
+    assert not fast_path(config(attention="hyla"), cuda=True)
+    assert not fast_path(config(attention="linear_rms_head"), cuda=True)
+    assert not fast_path(config(attention="softmax"), cuda=False)

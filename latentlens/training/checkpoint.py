@@ -116,10 +116,25 @@ def save_checkpoint(
         "sha256": tensors_digest(tensors),
     }
     path = checkpoint_path(directory, step)
-    atomic_write_bytes(path, save(tensors, metadata=metadata))
+    atomic_write_bytes(path, in_key_order(save(tensors, metadata=metadata)))
     for _, old in list_checkpoints(directory)[:-keep]:
         old.unlink()
     return path
+
+
+def in_key_order(data: bytes) -> bytes:
+    """safetensors bytes ``data`` with the metadata in key order: safetensors writes it from
+    a hash map whose order changes from one write to the next, so the checkpoints of two
+    identical runs differed in their bytes. The tensors and their bytes are left as they
+    are (their offsets count from the end of the header); the header stays padded with
+    spaces to a multiple of 8 bytes, as safetensors pads it."""
+    size = int.from_bytes(data[:8], "little")
+    header = json.loads(data[8 : 8 + size])
+    if "__metadata__" in header:
+        header["__metadata__"] = dict(sorted(header["__metadata__"].items()))
+    text = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode()
+    text = text.ljust(-(-len(text) // 8) * 8)
+    return len(text).to_bytes(8, "little") + text + data[8 + size :]
 
 
 def tensors_digest(tensors: dict[str, torch.Tensor]) -> str:

@@ -48,6 +48,7 @@ from latentlens.training.trainer import (
     Trainer,
     check_cuda_options,
     precision_scope,
+    warn_if_fast_path_unchecked,
 )
 
 
@@ -139,6 +140,8 @@ class SeedGroup:
         self.device = first.device
         self.step = first.step
         check_cuda_options(self.device, first.task, compile, cuda_graphs, distributed=False)
+        attention = first.config["model"].get("attention")
+        warn_if_fast_path_unchecked(self.device, attention, compile, cuda_graphs)
         self.lr = torch.tensor(self.train_cfg.lr, device=self.device)
         models = [dict(t.model.named_parameters()) for t in trainers]
         self.params = {

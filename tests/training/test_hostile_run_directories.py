@@ -83,6 +83,22 @@ def test_lost_checkpoints_are_refused_and_nothing_is_deleted(tmp_path, damage) -
     assert snapshot(run) == before
 
 
+def test_a_run_killed_in_its_first_checkpointed_evaluation_starts_again(tmp_path) -> None:
+    """Records are appended before the checkpoint is written (the callbacks run between):
+    a kill there leaves the first evaluation's records without a checkpoint. The resume
+    starts again and ends as the uninterrupted run, not refused as lost checkpoints (a
+    translation run stopped in its decoding was refused so)."""
+    whole = trained(tmp_path / "whole")
+    run = trained(tmp_path / "run")
+    shutil.rmtree(run / "checkpoints")
+    (run / "checkpoints").mkdir()
+    first = [line for line in (run / "metrics.jsonl").read_text().splitlines()
+             if json.loads(line)["step"] <= 20]  # fmt: skip
+    (run / "metrics.jsonl").write_text("\n".join(first) + "\n")
+    Trainer.resume(run, quiet=True).train()
+    assert snapshot(run) == snapshot(whole)
+
+
 def test_a_tracking_link_is_not_emptied(tmp_path) -> None:
     run = tmp_path / "run"
     Trainer.create(run, tiny_config(), quiet=True)  # no checkpoint yet: a resume restarts

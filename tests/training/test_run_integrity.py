@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import load_file
+from safetensors import safe_open
+from safetensors.torch import load_file, save
 
 from latentlens.cli import main
 from latentlens.training import (
@@ -29,6 +30,7 @@ from latentlens.training import (
     list_checkpoints,
     load_checkpoint,
 )
+from latentlens.training.checkpoint import in_key_order
 from latentlens.training.run_dir import read_jsonl
 from latentlens.training.run_lock import RunLock, RunLocked
 from tests.training.test_trainer import TINY_FLAGS, run_cli, tiny_config
@@ -403,3 +405,23 @@ def test_a_time_budget_slices_a_seed_group_too(tmp_path, capsys) -> None:
     for seed in (0, 1):
         whole, sliced = tmp_path / f"whole-s{seed}", tmp_path / f"sliced-s{seed}"
         assert (sliced / "metrics.jsonl").read_text() == (whole / "metrics.jsonl").read_text()
+
+
+def test_a_checkpoints_bytes_do_not_depend_on_the_metadata_order(tmp_path) -> None:
+    """safetensors writes the metadata from a hash map: the same checkpoint came out in
+    other bytes from one write to the next (#42). Written in key order, every write is the
+    same file, and reads back the same tensors and metadata."""
+    tensors = {"b": torch.arange(3.0), "a": torch.ones(2, dtype=torch.float64)}
+    metadata = {key: f"é{key}" for key in "wxyzqrst"}  # non-ASCII: bytes, not escapes
+    raw = {save(tensors, metadata=metadata) for _ in range(20)}
+    assert len(raw) > 1, "safetensors' order did not vary: the check below proves nothing"
+    ordered = {in_key_order(data) for data in raw}
+    assert len(ordered) == 1
+    path = tmp_path / "ordered.safetensors"
+    path.write_bytes(ordered.pop())
+    assert int.from_bytes(path.read_bytes()[:8], "little") % 8 == 0
+    assert {k: v.tolist() for k, v in load_file(path).items()} == {
+        k: v.tolist() for k, v in tensors.items()
+    }
+    with safe_open(str(path), framework="pt") as opened:
+        assert opened.metadata() == metadata
