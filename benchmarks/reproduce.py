@@ -29,6 +29,7 @@ the tests. Figures go to ``figures/`` beside the results file.
 from __future__ import annotations
 
 import argparse
+import datetime
 import platform
 import sys
 import time
@@ -60,6 +61,7 @@ from reproduction.runs import (  # noqa: E402
 )
 
 from latentlens import __version__  # noqa: E402
+from latentlens.devices import resolve_device  # noqa: E402
 
 EXPERIMENTS: dict[str, ModuleType] = {
     "fuzzy-logic": fuzzy_logic_section,
@@ -135,6 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 3
 
+    command = " ".join(["python benchmarks/reproduce.py", *(argv or sys.argv[1:])])
     sections = []
     for name in names:
         print(f"{name}: analysis ...", flush=True)
@@ -143,16 +146,19 @@ def main(argv: list[str] | None = None) -> int:
         own = [s for s in specs[name] if s.path.is_relative_to(out / name)]
         run_s = sum(timings.get(str(s.path.relative_to(out)), 0.0) for s in own)
         trained_on = out / name / TRAINED_ON  # written by the trainer of another machine
-        where = f" Trained on {trained_on.read_text().strip()}." if trained_on.is_file() else ""
-        if "Code: commit" not in where:  # trained here, by this code
-            where += f" Code: commit {code_commit()}."
-        sections.append(
-            f"{text}\n\n*{name}: {len(own)} runs, {run_s / 60:.1f} minutes of training "
-            f"summed over runs; analysis {(time.perf_counter() - section_start) / 60:.1f} "
-            f"minutes.{where}*"
+        if trained_on.is_file():
+            where = trained_on.read_text().strip()
+        else:  # trained here, by this code
+            where = f"{this_machine(args.device, jobs)}. Code: commit {code_commit()}"
+        title, _, body = text.partition("\n")
+        provenance = (
+            f"*Made by `{command}` on {datetime.date.today().isoformat()}: {len(own)} runs"
+            f"{trained_between(own)}, {run_s / 60:.1f} minutes of training summed over runs; "
+            f"analysis {(time.perf_counter() - section_start) / 60:.1f} minutes. Trained on "
+            f"{where.rstrip('.')}.*"
         )
+        sections.append(f"{title}\n\n{provenance}\n{body}")
     wall = time.perf_counter() - start
-    command = " ".join(["python benchmarks/reproduce.py", *(argv or sys.argv[1:])])
     header = [
         "# Results",
         "",
@@ -172,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     ]
     args.results.parent.mkdir(parents=True, exist_ok=True)
     if args.only and args.results.is_file():
-        text = replace_sections(args.results.read_text(), sections, command)
+        text = replace_sections(args.results.read_text(), sections)
     else:
         text = "\n".join(header) + "\n\n" + "\n\n".join(sections) + "\n"
     args.results.write_text(text)
@@ -234,16 +240,49 @@ def plan_lines(specs: dict[str, list], size: str, jobs: int) -> list[str]:
     return lines
 
 
-def replace_sections(text: str, sections: list[str], command: str) -> str:
-    """``text`` (a results file) with each of ``sections`` put in place of the section of
-    the same ``## `` title (or appended), each new section naming the command that made it:
-    ``--only`` re-runs a few experiments without discarding the others' results."""
+def this_machine(device: str, jobs: int) -> str:
+    """The machine this invocation trains on, as a section's provenance names it."""
+    if resolve_device(device).type == "cuda":
+        where = torch.cuda.get_device_name()
+    else:
+        where = f"{cpu_model()} ({platform.machine()} {platform.system()})"
+    return (
+        f"{where}, {torch.get_num_threads()} CPU threads, {jobs} run(s) at a time, "
+        f"torch {torch.__version__}"
+    )
+
+
+def cpu_model() -> str:
+    """The processor's name (``/proc/cpuinfo``'s model name), or the platform's guess."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "an unknown CPU"
+
+
+def trained_between(specs: list) -> str:
+    """`` trained DAY`` or `` trained DAY to DAY``: from the first run's start (its config's
+    date) to the last one's end (its metrics' last write); empty where none was written."""
+    started = [s.path / "config.json" for s in specs if (s.path / "config.json").is_file()]
+    ended = [s.path / "metrics.jsonl" for s in specs if (s.path / "metrics.jsonl").is_file()]
+    if not started or not ended:
+        return ""
+    first = datetime.date.fromtimestamp(min(p.stat().st_mtime for p in started))
+    last = datetime.date.fromtimestamp(max(p.stat().st_mtime for p in ended))
+    return f" trained {first}" if first == last else f" trained {first} to {last}"
+
+
+def replace_sections(text: str, sections: list[str]) -> str:
+    """``text`` (a results file) with each of ``sections`` (each naming the command that
+    made it) put in place of the section of the same ``## `` title, or appended: ``--only``
+    re-runs a few experiments without discarding the others' results."""
     parts = text.rstrip("\n").split("\n\n## ")
     head, old = parts[0], ["## " + part for part in parts[1:]]
     titles = [part.splitlines()[0] for part in old]
     for section in sections:
-        code = "" if "Code: commit" in section else f" Code: commit {code_commit()}."
-        section = f"{section}\n\n*Updated by `{command}`.{code}*"
         title = section.splitlines()[0]
         if title in titles:
             old[titles.index(title)] = section

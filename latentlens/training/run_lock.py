@@ -4,7 +4,8 @@ The lock belongs to the open directory, so the operating system drops it when it
 dies, however it dies: a stale lock of a killed process is taken over by the next writer
 without any clean-up; and no file inside can be deleted to break it. ``RUN/.lock`` records
 the holder (PID, host, start time) for the message a second writer gets; it is never
-followed where it is a symbolic link. Readers (eval, probes, figures) take no lock.
+followed where it is a symbolic link. Readers (eval, probes, figures) take no lock. The
+writer that takes the lock removes the temporary files a killed writer left behind.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import errno
 import fcntl
 import json
 import os
+import re
 import socket
 import time
 from pathlib import Path
@@ -76,6 +78,7 @@ class RunLock:
             ) from None
         try:
             self.record()
+            remove_stale_temporaries(self.directory)
         except BaseException:
             os.close(fd)
             raise
@@ -123,6 +126,28 @@ class RunLock:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+# atomic_write_bytes's temporary file: ".NAME.tmp-PID"
+TEMPORARY = re.compile(r"\..+\.tmp-\d+")
+# the folders whose files only the run's writer writes
+WRITER_FOLDERS = (".", "checkpoints", "tracking")
+
+
+def remove_stale_temporaries(directory: Path) -> list[Path]:
+    """Delete the temporary files that writers killed mid-write (SIGKILL, power loss) left
+    in the run directory, its checkpoints and its tracking: the caller holds the run's lock,
+    so no writer of them is alive. Links and folders are left alone. Returns what went."""
+    removed = []
+    for folder in WRITER_FOLDERS:
+        place = directory / folder
+        if place.is_symlink() or not place.is_dir():
+            continue
+        for path in place.iterdir():
+            if TEMPORARY.fullmatch(path.name) and path.is_file() and not path.is_symlink():
+                path.unlink(missing_ok=True)
+                removed.append(path)
+    return removed
 
 
 def _holder(fd: int) -> str:

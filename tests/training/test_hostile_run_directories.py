@@ -247,3 +247,21 @@ def test_a_full_disk_is_named_by_the_file_it_stopped(tmp_path, monkeypatch) -> N
     with pytest.raises(OSError) as err:
         run.append_metrics([{"step": 0, "split": "test", "loss": 1.0}])
     assert err.value.errno == errnos.ENOSPC and err.value.filename == str(run.metrics_path)
+
+
+def test_temporary_files_of_a_killed_writer_are_removed_by_the_next(tmp_path) -> None:
+    """A writer killed inside atomic_write_bytes leaves ".NAME.tmp-PID" behind (#42); the
+    next writer to take the run's lock removes them, and nothing else."""
+    run = trained(tmp_path / "run")
+    left = [run / ".metrics.jsonl.tmp-4242", run / "checkpoints/.step_00000060.safetensors.tmp-7",
+            run / "tracking/.x.safetensors.tmp-99"]  # fmt: skip
+    for path in left:
+        path.write_bytes(b"half a file")
+    kept = [run / "notes.tmp-1", run / "checkpoints/.hidden", run / ".tmp-5"]
+    for path in kept:
+        path.write_bytes(b"a user's")
+    (run / ".linked.tmp-3").symlink_to(tmp_path / "elsewhere")
+    RunLock(run).acquire().release()
+    assert not any(path.exists() for path in left)
+    assert all(path.read_bytes() == b"a user's" for path in kept)
+    assert (run / ".linked.tmp-3").is_symlink()
