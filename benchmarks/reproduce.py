@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import platform
 import sys
 import time
@@ -149,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
         if trained_on.is_file():
             where = trained_on.read_text().strip()
         else:  # trained here, by this code
-            where = f"{this_machine(args.device, jobs)}. Code: commit {code_commit()}"
+            where = f"{this_machine(args.device, own)}. Code: commit {code_commit()}"
         title, _, body = text.partition("\n")
         provenance = (
             f"*Made by `{command}` on {datetime.date.today().isoformat()}: {len(own)} runs"
@@ -240,16 +241,23 @@ def plan_lines(specs: dict[str, list], size: str, jobs: int) -> list[str]:
     return lines
 
 
-def this_machine(device: str, jobs: int) -> str:
-    """The machine this invocation trains on, as a section's provenance names it."""
+def this_machine(device: str, specs: list) -> str:
+    """The machine this invocation trains on, as a section's provenance names it, with the
+    CPU threads each run trained with (its config's, which a run found finished keeps)."""
     if resolve_device(device).type == "cuda":
         where = torch.cuda.get_device_name()
     else:
         where = f"{cpu_model()} ({platform.machine()} {platform.system()})"
-    return (
-        f"{where}, {torch.get_num_threads()} CPU threads, {jobs} run(s) at a time, "
-        f"torch {torch.__version__}"
-    )
+    threads = sorted({threads_of(spec) for spec in specs})
+    counts = " or ".join(str(n) for n in threads) or str(torch.get_num_threads())
+    return f"{where}, {counts} CPU thread(s) per run, torch {torch.__version__}"
+
+
+def threads_of(spec) -> int:
+    """The threads a run trained with: its stored config's, else its plan's."""
+    stored = spec.path / "config.json"
+    config = json.loads(stored.read_text()) if stored.is_file() else spec.config
+    return int(config["train"]["threads"])
 
 
 def cpu_model() -> str:

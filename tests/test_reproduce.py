@@ -69,7 +69,7 @@ def test_each_section_opens_with_its_command_machine_date_and_wall_time(tiny, re
             + r": \d+ runs trained "
             + today
             + r", [\d.]+ minutes of training summed over runs; analysis [\d.]+ minutes\. "
-            r"Trained on .+ \(\S+ \S+\), \d+ CPU threads, 1 run\(s\) at a time, torch "
+            r"Trained on .+ \(\S+ \S+\), \d+ CPU thread\(s\) per run, torch "
             r"\S+\. Code: commit [0-9a-f]{12}( \+ uncommitted changes)?\.\*",
             provenance,
         ), provenance
