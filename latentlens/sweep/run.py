@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from latentlens.sweep.reaper import ray_instance
 from latentlens.sweep.spec import MAX_CELLS, Cell, SweepSpec
 from latentlens.training.checkpoint import atomic_write_bytes
 
@@ -44,21 +45,15 @@ def ray_map(
     results in the order of ``calls``. ``python_path``: folders the workers import from
     (the driver's ``sys.path`` additions do not reach them)."""
     ray = require_ray()
-    started_here = not ray.is_initialized()
-    if started_here:
-        paths = [*python_path, os.environ.get("PYTHONPATH", "")]
-        env = {"PYTHONPATH": os.pathsep.join(p for p in paths if p)}
-        ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
-                 configure_logging=False, runtime_env={"env_vars": env})  # fmt: skip
-    resources = {"num_gpus": 1} if device.startswith("cuda") else {"num_cpus": 1}
-    remote = ray.remote(max_retries=1, **resources)(function)
-    refs = [remote.remote(*call) for call in calls]
-    try:
+    paths = [*python_path, os.environ.get("PYTHONPATH", "")]
+    env = {"PYTHONPATH": os.pathsep.join(p for p in paths if p)}
+    with ray_instance(ray, num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
+                      configure_logging=False, runtime_env={"env_vars": env}):  # fmt: skip
+        resources = {"num_gpus": 1} if device.startswith("cuda") else {"num_cpus": 1}
+        remote = ray.remote(max_retries=1, **resources)(function)
+        refs = [remote.remote(*call) for call in calls]
         for ref in refs:
             yield ray.get(ref)
-    finally:
-        if started_here:
-            ray.shutdown()
 
 
 def train_cell(path: str, config: dict[str, Any], device: str) -> dict[str, Any]:
@@ -215,61 +210,56 @@ def run_sweep(
         print(f"{found} of {len(cells)} cells found finished", flush=True)
     if not pending:
         return states
-    started_here = not ray.is_initialized()
-    if started_here:
-        ray.init(address=address, num_cpus=num_cpus, include_dashboard=False,
-                 log_to_driver=False, configure_logging=False)  # fmt: skip
-    resources = {"num_gpus": 1} if device.startswith("cuda") else {"num_cpus": 1}
-    one = ray.remote(max_retries=1, **resources)(train_cell)
-    group = ray.remote(max_retries=1, **resources)(train_group)
-    refs: dict[Any, list[Cell]] = {}
-    for cells_of in seed_groups(pending) if group_seeds else [[c] for c in pending]:
-        paths = [str((out / c.name).resolve()) for c in cells_of]
-        if len(cells_of) == 1:
-            refs[one.remote(paths[0], cells_of[0].config, device)] = cells_of
-        else:
-            refs[group.remote(paths, [c.config for c in cells_of], device)] = cells_of
-    print(f"{len(pending)} cells to train as {len(refs)} Ray tasks", flush=True)
-    for cell in pending:
-        states[cell.name] = {"state": "running"}
-    write_status(out, states)
-    last_progress = time.monotonic()
-    try:
-        while refs:
-            ready, _ = ray.wait(list(refs), num_returns=1, timeout=5.0)
-            for ref in ready:
-                cells_of = refs.pop(ref)
-                try:
-                    result = ray.get(ref)
-                    results = result if isinstance(result, list) else [result]
-                    for cell, metrics in zip(cells_of, results, strict=True):
-                        task = cell.config["task"]["name"]
-                        states[cell.name] = {"state": "done", "metric": headline(metrics, task)}
-                except Exception as err:  # noqa: BLE001 - a crashed cell must not stop the rest
-                    cause = getattr(err, "cause", None) or err
-                    error = f"{type(cause).__name__}: {cause}"
-                    for cell in cells_of:
-                        states[cell.name] = {"state": "failed", "error": error}
-                finished = sum(s["state"] in ("done", "failed") for s in states.values())
-                for cell in cells_of:  # progress; the metrics come in the closing table
-                    state = states[cell.name]
-                    error = f": {state['error']}" if "error" in state else ""
-                    print(f"[{finished}/{len(cells)}] {cell.name}: {state['state']}{error}",
-                          flush=True)  # fmt: skip
-                write_status(out, states)
-            if refs and time.monotonic() - last_progress > PROGRESS_EVERY:
-                running = [f"{c.name} step {live_step(out, c.name) or 0}"
-                           for cells_of in refs.values() for c in cells_of]  # fmt: skip
-                print(f"running: {'; '.join(running)}", flush=True)
-                last_progress = time.monotonic()
-    except KeyboardInterrupt:
-        for ref in refs:
-            ray.cancel(ref, force=True)
-        raise KeyboardInterrupt(
-            f"the sweep stopped; `latentlens sweep` with the same spec and --out {out} "
-            "continues it (finished cells are skipped, the others resume)"
-        ) from None
-    finally:
-        if started_here:
-            ray.shutdown()
+    with ray_instance(ray, address=address, num_cpus=num_cpus, include_dashboard=False,
+                      log_to_driver=False, configure_logging=False):  # fmt: skip
+        resources = {"num_gpus": 1} if device.startswith("cuda") else {"num_cpus": 1}
+        one = ray.remote(max_retries=1, **resources)(train_cell)
+        group = ray.remote(max_retries=1, **resources)(train_group)
+        refs: dict[Any, list[Cell]] = {}
+        for cells_of in seed_groups(pending) if group_seeds else [[c] for c in pending]:
+            paths = [str((out / c.name).resolve()) for c in cells_of]
+            if len(cells_of) == 1:
+                refs[one.remote(paths[0], cells_of[0].config, device)] = cells_of
+            else:
+                refs[group.remote(paths, [c.config for c in cells_of], device)] = cells_of
+        print(f"{len(pending)} cells to train as {len(refs)} Ray tasks", flush=True)
+        for cell in pending:
+            states[cell.name] = {"state": "running"}
+        write_status(out, states)
+        last_progress = time.monotonic()
+        try:
+            while refs:
+                ready, _ = ray.wait(list(refs), num_returns=1, timeout=5.0)
+                for ref in ready:
+                    cells_of = refs.pop(ref)
+                    try:
+                        result = ray.get(ref)
+                        results = result if isinstance(result, list) else [result]
+                        for cell, metrics in zip(cells_of, results, strict=True):
+                            task = cell.config["task"]["name"]
+                            states[cell.name] = {"state": "done", "metric": headline(metrics, task)}
+                    except Exception as err:  # noqa: BLE001 - a crashed cell must not stop the rest
+                        cause = getattr(err, "cause", None) or err
+                        error = f"{type(cause).__name__}: {cause}"
+                        for cell in cells_of:
+                            states[cell.name] = {"state": "failed", "error": error}
+                    finished = sum(s["state"] in ("done", "failed") for s in states.values())
+                    for cell in cells_of:  # progress; the metrics come in the closing table
+                        state = states[cell.name]
+                        error = f": {state['error']}" if "error" in state else ""
+                        print(f"[{finished}/{len(cells)}] {cell.name}: {state['state']}{error}",
+                              flush=True)  # fmt: skip
+                    write_status(out, states)
+                if refs and time.monotonic() - last_progress > PROGRESS_EVERY:
+                    running = [f"{c.name} step {live_step(out, c.name) or 0}"
+                               for cells_of in refs.values() for c in cells_of]  # fmt: skip
+                    print(f"running: {'; '.join(running)}", flush=True)
+                    last_progress = time.monotonic()
+        except KeyboardInterrupt:
+            for ref in refs:
+                ray.cancel(ref, force=True)
+            raise KeyboardInterrupt(
+                f"the sweep stopped; `latentlens sweep` with the same spec and --out {out} "
+                "continues it (finished cells are skipped, the others resume)"
+            ) from None
     return states

@@ -18,6 +18,7 @@ from safetensors.torch import load_file
 
 from latentlens.cli import main
 from latentlens.sweep import SweepSpec
+from latentlens.sweep.reaper import PROC, follow, process_table
 from latentlens.training import (
     RunDirectory,
     TrainConfig,
@@ -197,6 +198,37 @@ def test_a_killed_worker_is_retried_and_its_cell_resumes_bit_equal(tmp_path) -> 
     ours = load_file(str(list_checkpoints(cell / "checkpoints")[-1][1]))
     theirs = load_file(str(list_checkpoints(whole / "checkpoints")[-1][1]))
     assert all(torch.equal(ours[k], theirs[k]) for k in theirs)
+
+
+def descendants(pid: int) -> dict[int, int]:
+    """``{pid: start time}`` of every living descendant of ``pid``."""
+    known = {pid: process_table()[pid][1]}
+    follow(known)
+    del known[pid]
+    return known
+
+
+def alive(processes: dict[int, int]) -> list[int]:
+    table = process_table()
+    return [pid for pid, start in processes.items() if table.get(pid, (0, -1))[1] == start]
+
+
+@pytest.mark.parametrize("ending", ["SIGKILL", "Ctrl-C"])
+def test_the_local_ray_instance_dies_with_the_sweep(tmp_path, ending) -> None:
+    """A SIGKILL of ``latentlens sweep`` left Ray's dashboard and runtime-env agents running
+    under PID 1 (#42): every process the sweep started, Ray's agents and workers among them,
+    is gone soon after the sweep, however it ends."""
+    sweep, _ = start_one_cell_sweep(tmp_path, steps=100_000)
+    started = descendants(sweep.pid)
+    names = {(PROC / str(pid) / "cmdline").read_bytes() for pid in started}
+    assert any(b"DashboardAgent" in n for n in names) and any(b"raylet" in n for n in names)
+    sweep.send_signal(signal.SIGKILL if ending == "SIGKILL" else signal.SIGINT)
+    sweep.wait(timeout=120)
+    deadline = time.time() + 30
+    while alive(started) and time.time() < deadline:
+        time.sleep(0.2)
+    left = {pid: (PROC / str(pid) / "cmdline").read_bytes()[:60] for pid in alive(started)}
+    assert not left, f"Ray processes outlived the sweep: {left}"
 
 
 def test_ctrl_c_stops_the_sweep_and_says_how_to_continue(tmp_path) -> None:
