@@ -138,10 +138,19 @@ class EncoderDecoderBlock(nn.Module):
         key_mask: torch.Tensor | None,
         memory: torch.Tensor | None = None,
         memory_mask: torch.Tensor | None = None,
+        query_start: int = 0,
     ) -> torch.Tensor:
-        """``x`` ``[batch, pos, d_model]``; ``history``: ``h_0..h_{l-1}`` (same shape each)."""
-        x = self.hook_resid_pre(x)
-        x = self.hook_resid_mid(x + self.hook_attn_out(self.attn(self.ln1(x), key_mask=key_mask)))
+        """``x`` ``[batch, pos, d_model]``; ``history``: ``h_0..h_{l-1}`` of the positions
+        from ``query_start`` on (``[batch, pos - query_start, d_model]`` each). Returns the
+        block's output at those positions: the positions before ``query_start`` serve as
+        keys and values only (incremental decoding), and every hook but the attention's
+        sees the new positions alone."""
+        if query_start:
+            x = torch.cat([x[:, :query_start], self.hook_resid_pre(x[:, query_start:])], dim=1)
+        else:
+            x = self.hook_resid_pre(x)
+        attended = self.attn(self.ln1(x), key_mask=key_mask, query_start=query_start)
+        x = self.hook_resid_mid(x[:, query_start:] + self.hook_attn_out(attended))
         if hasattr(self, "cross_attn"):
             cross = self.cross_attn(self.ln_cross(x), kv=memory, key_mask=memory_mask)
             x = self.hook_resid_cross(x + self.hook_cross_out(cross))
@@ -244,14 +253,33 @@ class EncoderDecoderTransformer(HookedModel):
     def greedy_decode(
         self, source: torch.Tensor, bos: int, eos: int, max_len: int | None = None
     ) -> torch.Tensor:
-        """Greedy decoding: ``[batch, max_len]`` ids (after EOS: ``pad_id``)."""
+        """Greedy decoding: ``[batch, max_len]`` ids (after EOS: ``pad_id``).
+
+        Incremental: each step runs the decoder on the newest position alone, its self-
+        attention reading the earlier positions' block inputs, kept from the steps before
+        (their keys and values are recomputed from them; a causal decoder's earlier
+        positions never change). The logits are :meth:`decode`'s on the whole prefix, up to
+        float summation order, at a fraction of the cost. Hooks see each position once, at
+        the step that adds it."""
         max_len = max_len or self.cfg.n_ctx_target
+        self._check("decoder_inputs", source.new_zeros(len(source), max_len), self.cfg.n_ctx_target)
         encoder_outputs, mask = self.encode(source)
         memories = self.memories(encoder_outputs)
         tokens = torch.full((len(source), 1), bos, dtype=torch.long, device=source.device)
         done = torch.zeros(len(source), dtype=torch.bool, device=source.device)
-        for _ in range(max_len):
-            step = self.decode(tokens, memories, mask)[:, -1].argmax(-1)
+        inputs: list[torch.Tensor] = []  # block j's input stream, one position per step
+        for position in range(max_len):
+            x = self.decoder.hook_embed(self.embed(tokens[:, -1:]))
+            history = [x]
+            for j, block in enumerate(self.decoder.blocks):
+                if position == 0:
+                    inputs.append(x)
+                else:
+                    inputs[j] = torch.cat([inputs[j], x], dim=1)
+                x = block(inputs[j], history, key_mask=None, memory=memories[:, j],
+                          memory_mask=mask, query_start=position)  # fmt: skip
+                history.append(x)
+            step = self.unembed(self.decoder.ln_final(x))[:, -1].argmax(-1)
             step = torch.where(done, self.cfg.pad_id, step)
             done = done | (step == eos)
             tokens = torch.cat([tokens, step[:, None]], dim=1)
