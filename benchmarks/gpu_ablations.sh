@@ -13,19 +13,11 @@ cd "$(dirname "$0")/.."
 out=$1 budget=$2
 shift 2
 runs=${RUNS:-/tmp/latentlens-runs}
-if ! python3 -c "import transformer_lens, plotly" 2>/dev/null; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-        --target /tmp/site .whl/*.whl || exit 1
-    export PYTHONPATH=/tmp/site:$PWD
-fi
-export PYTHONUNBUFFERED=1
-nvidia-cuda-mps-control -d 2>/dev/null && echo "CUDA MPS on" || echo "CUDA MPS not started"
-mkdir -p "$runs" "$out"
+source benchmarks/gpu_setup.sh "$out"
+mkdir -p "$runs"
 cp -rn benchmarks/results/h100_2026-11-25/fuzzy-logic-a1 "$runs/"
 # runs a earlier lease finished, carried back in (ignored) .gpuruns/: found, not retrained
 [[ -d .gpuruns ]] && cp -rn .gpuruns/. "$runs/"
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/device.txt"
-python3 -c "import torch; print('torch', torch.__version__)" | tee -a "$out/device.txt"
 python3 benchmarks/gpu_sections.py --out "$runs" --time-budget "$budget" \
     "$@" fuzzy-logic-a1-ablations 2>&1 | tee "$out/log.txt"
 status=${PIPESTATUS[0]}

@@ -27,16 +27,8 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 out=$1 budget=$2 round=${3:-1}
 runs=${RUNS:-/tmp/latentlens-runs}/sraven-hyla
-if ! python3 -c "import transformer_lens, plotly" 2>/dev/null; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-        --target /tmp/site .whl/*.whl || exit 1
-    export PYTHONPATH=/tmp/site:$PWD
-fi
-export PYTHONUNBUFFERED=1
-nvidia-cuda-mps-control -d 2>/dev/null && echo "CUDA MPS on" || echo "CUDA MPS not started"
-mkdir -p "$runs" "$out"
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/device.txt"
-python3 -c "import torch; print('torch', torch.__version__)" | tee -a "$out/device.txt"
+source benchmarks/gpu_setup.sh "$out"
+mkdir -p "$runs"
 common=(--task sraven --n-layers 4 --d-model 128 --n-heads 16 --qk-dim 64 --v-dim 64
         --d-mlp 256 --steps 156250 --eval-every 1000 --eval-examples 1024 --device cuda
         --quiet --time-budget "$budget")
