@@ -301,3 +301,21 @@ def test_only_checked_attentions_take_the_cuda_fast_path(reproduce) -> None:
     assert not fast_path(config(attention="hyla"), cuda=True)
     assert not fast_path(config(attention="linear_rms_head"), cuda=True)
     assert not fast_path(config(attention="softmax"), cuda=False)
+
+
+def test_the_a1_section_sets_each_eager_check_beside_its_fast_run(reproduce, tmp_path) -> None:
+    from reproduction.fuzzy_logic_a1_section import EAGER_CHECK, eager_check_lines
+
+    def run(path: Path, r2: dict[int, float]) -> None:
+        path.mkdir(parents=True)
+        rows = [{"step": s, "split": split, "r2": v} for s, v in r2.items()
+                for split in ("train", "test")]  # fmt: skip
+        (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    assert eager_check_lines(tmp_path) == []  # none made: nothing said
+    run(tmp_path / "hyla-s0", {0: -3.0, 5000: 0.70, 10000: 0.75, 15000: 0.83})
+    run(tmp_path / EAGER_CHECK / "hyla-s0", {0: -3.0, 5000: 0.73, 10000: 0.80})
+    lines = eager_check_lines(tmp_path)
+    assert "| hyla-s0 | step 5,000 | step 10,000 |" in lines
+    assert "| compiled + graphed, GPU | 0.700 | 0.750 |" in lines
+    assert "| eager, CPU | 0.730 | 0.800 |" in lines

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from latentlens.figures import metric_curves, save_figure
-from latentlens.training import TrainConfig, Trainer, model_for_task
+from latentlens.training import RunDirectory, TrainConfig, Trainer, model_for_task
 from reproduction.fuzzy_logic_section import PAPER_TABLE_A1, VARIANTS, final_r2, task_config
 from reproduction.runs import TIMINGS, RunSpec, difference_interval, mean_std
 from reproduction.sraven_section import read_probes
@@ -83,11 +83,53 @@ def report(out: Path, size: str, seeds: int, device: str, figures: Path) -> str:
     lines += difference_lines({v: [r["test"] for r in results[v]] for v in VARIANTS}, "test R²")
     lines += latent_code_lines(out, seeds, SIZES[size]["probe_examples"], timings_of(out),
                                VARIANTS, PAIRS)  # fmt: skip
+    lines += eager_check_lines(out)
     curves = {label: out / f"{variant}-s0" for variant, label in VARIANTS.items()}
     save_figure(metric_curves(curves, metric="r2", ylim=(-1.0, 1.0)),
                 figures / "fuzzy-logic-a1-curves", ("png",))  # fmt: skip
     lines += ["", f"![R² over training, seed 0]({figures.name}/fuzzy-logic-a1-curves.png)"]
     return "\n".join(lines)
+
+
+# Runs of this section's configs trained again eagerly (without --compile and
+# --cuda-graphs), in OUT/eager-check/<run>: HYLA trained on the compiled and graphed CUDA
+# path failed on 4-layer SRAVEN (benchmarks/results/h200_2026-11-26), and these runs were
+# trained on that path.
+EAGER_CHECK = "eager-check"
+
+
+def held_out_r2_curve(run: Path) -> dict[int, float]:
+    """``{step: test R²}`` of a run's evaluations."""
+    rows = RunDirectory(run).read_metrics()
+    return {r["step"]: r["r2"] for r in rows if r.get("split") == "test"}
+
+
+def eager_check_lines(out: Path) -> list[str]:
+    """Each eagerly retrained run's test R² beside its fast-path run's at every
+    evaluation both reached: whether the GPU's compiled and graphed training can be trusted
+    here."""
+    checks = sorted(p.parent for p in (out / EAGER_CHECK).glob("*/metrics.jsonl"))
+    if not checks:
+        return []
+    lines = [
+        "",
+        "Eager check: HYLA trained with `--compile --cuda-graphs` on CUDA failed on 4-layer "
+        "SRAVEN where eager training learned (benchmarks/results/h200_2026-11-26), and the "
+        "runs above were trained that way. The same configs trained again eagerly on the "
+        "CPU, test R² at each evaluation both reached:",
+        "",
+    ]
+    for check in checks:
+        eager, fast = held_out_r2_curve(check), held_out_r2_curve(out / check.name)
+        steps = sorted(set(eager) & set(fast) - {0})
+        lines += [
+            f"| {check.name} | " + " | ".join(f"step {s:,}" for s in steps) + " |",
+            "|---" * (len(steps) + 1) + "|",
+            "| compiled + graphed, GPU | " + " | ".join(f"{fast[s]:.3f}" for s in steps) + " |",
+            "| eager, CPU | " + " | ".join(f"{eager[s]:.3f}" for s in steps) + " |",
+            "",
+        ]
+    return lines[:-1]
 
 
 PAIRS = (("hyla", "softmax"), ("hyla", "linear"), ("linear", "softmax"))
