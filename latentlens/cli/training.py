@@ -327,7 +327,12 @@ def run_train(args: argparse.Namespace) -> int:
             file = read_config_file(args.config) if args.config else ConfigFile()
             apply_config_defaults(args, file)
             canonical_kind(args.task, args.model)  # a clear error for an unknown kind
-            config = resolve_run_config(args, file)
+            try:
+                config = resolve_run_config(args, file)
+            except ValueError as err:  # a value of the file, or a flag: name the file too
+                if args.config is None:
+                    raise
+                raise ValueError(f"--config {args.config} (and the flags): {err}") from None
             for note in TrainConfig.from_dict(config["train"]).schedule_notes():
                 print(f"warning: {note}", file=sys.stderr)
             kind = "" if args.model in ("transformer", "vanilla") else f"{args.model}-"

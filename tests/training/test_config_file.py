@@ -96,3 +96,14 @@ def test_a_config_that_cannot_be_used_is_refused_with_the_reason(tmp_path: Path)
         file.write_text(text)
         with pytest.raises(ValueError, match=message):
             resolve("--config", str(file))
+
+
+def test_a_bad_value_in_the_file_names_the_file(tmp_path: Path, capsys) -> None:
+    """#42: ``--config`` with a misspelt train key ended naming the key but not the file."""
+    file = tmp_path / "bad.json"
+    file.write_text('{"train": {"stpes": 5}}')
+    assert main(["train", "--config", str(file), "--run-dir", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert f"--config {file} (and the flags): " in err and "'stpes'" in err, err
+    assert "known fields" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "run").exists()
