@@ -98,8 +98,10 @@ class Reaper:
     (killing what is left of them)."""
 
     def __init__(self) -> None:
+        # run as a script (its imports are the standard library's): not through the package,
+        # whose imports (torch, Ray) would cost the reaper seconds and hundreds of MB
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "latentlens.sweep.reaper"],
+            [sys.executable, str(Path(__file__).resolve())],
             stdin=subprocess.PIPE,
             start_new_session=True,
         )
