@@ -122,7 +122,7 @@ def check_cuda_options(
 
 # The attentions whose --compile and --cuda-graphs training on CUDA has learned as eager
 # training does at every size tried. HYLA trained that way stayed at or fell back to a uniform
-# answer on 4-layer SRAVEN in 10 runs of 10, where eager training learned in 5 of 5 (H200
+# answer on 4-layer SRAVEN in 13 runs of 13, where eager training learned in 6 of 6 (H200
 # lease of 2026-11-26, benchmarks/results/h200_2026-11-26); the cause is not found yet.
 CUDA_FAST_PATH_CHECKED = frozenset({"softmax", "linear"})
 

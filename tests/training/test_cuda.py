@@ -158,8 +158,8 @@ def test_graphed_and_compiled_hyla_steps_follow_the_eager_ones(
     and the same weights after.
 
     On the H200 lease of 2026-11-26 (benchmarks/results/h200_2026-11-26) every HYLA run
-    at SRAVEN's 4-layer setting trained with --compile --cuda-graphs (10 of 10) stayed at
-    or fell back to a uniform answer, while every eager one (5 of 5) learned. The existing
+    at SRAVEN's 4-layer setting trained with --compile --cuda-graphs (13 of 13) stayed at
+    or fell back to a uniform answer, while every eager one (6 of 6) learned. The existing
     CUDA tests compare only softmax steps, so this pins which of the two paths departs from
     the eager step, and where, when a GPU is next lent."""
     config = Trainer.resolve_config(
