@@ -11,17 +11,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from latentlens.figures.training import metric_curve
 from latentlens.training import RunDirectory
 
 
-def curve(run: Path, split: str, key: str) -> dict[int, float]:
-    """``{step: value}`` of one metric of one split."""
-    rows = RunDirectory(run).read_metrics()
-    return {row["step"]: row[key] for row in rows if row.get("split") == split and key in row}
-
-
 def table(runs: list[Path], split: str, key: str, every: int) -> list[str]:
-    curves = {run.name: curve(run, split, key) for run in runs}
+    curves = {run.name: metric_curve(RunDirectory(run).read_metrics(), split, key) for run in runs}
     steps = sorted({s for c in curves.values() for s in c if s % every == 0})
     lines = [f"{split} {key}:", "", "| run | " + " | ".join(f"{s:,}" for s in steps) + " |"]
     lines.append("|---" * (len(steps) + 1) + "|")

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from latentlens.figures import metric_curves, save_figure
+from latentlens.figures.training import metric_curve
 from latentlens.training import RunDirectory, TrainConfig, Trainer, model_for_task
 from reproduction.fuzzy_logic_section import PAPER_TABLE_A1, VARIANTS, final_r2, task_config
 from reproduction.runs import TIMINGS, RunSpec, difference_interval, mean_std
@@ -98,12 +99,6 @@ def report(out: Path, size: str, seeds: int, device: str, figures: Path) -> str:
 EAGER_CHECK = "eager-check"
 
 
-def held_out_r2_curve(run: Path) -> dict[int, float]:
-    """``{step: test R²}`` of a run's evaluations."""
-    rows = RunDirectory(run).read_metrics()
-    return {r["step"]: r["r2"] for r in rows if r.get("split") == "test"}
-
-
 def eager_check_lines(out: Path) -> list[str]:
     """Each eagerly retrained run's test R² beside its fast-path run's at every
     evaluation both reached: whether the GPU's compiled and graphed training can be trusted
@@ -120,7 +115,8 @@ def eager_check_lines(out: Path) -> list[str]:
         "",
     ]
     for check in checks:
-        eager, fast = held_out_r2_curve(check), held_out_r2_curve(out / check.name)
+        eager, fast = (metric_curve(RunDirectory(run).read_metrics(), "test", "r2")
+                       for run in (check, out / check.name))  # fmt: skip
         steps = sorted(set(eager) & set(fast) - {0})
         lines += [
             f"| {check.name} | " + " | ".join(f"step {s:,}" for s in steps) + " |",

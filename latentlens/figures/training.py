@@ -67,6 +67,11 @@ def as_run_list(runs: RunOrSeeds) -> list[Path]:
     return [Path(runs)] if isinstance(runs, str | Path) else [Path(run) for run in runs]
 
 
+def metric_curve(records: Sequence[dict], split: str, metric: str) -> dict[int, float]:
+    """``{step: value}`` of ``metric`` on ``split`` in one run's metric records."""
+    return {r["step"]: r[metric] for r in records if r.get("split") == split and metric in r}
+
+
 def seed_curve(
     seeds: Sequence[Sequence[dict]], split: str, metric: str
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -74,7 +79,7 @@ def seed_curve(
     records, the seeds of one configuration) at the steps every one of them evaluated; std
     is the sample standard deviation (ddof 1), zeros for a single run. Empty arrays where
     no step is shared."""
-    curves = [{r["step"]: r[metric] for r in records if r["split"] == split} for records in seeds]
+    curves = [metric_curve(records, split, metric) for records in seeds]
     steps = sorted(set.intersection(*(set(curve) for curve in curves)))
     values = np.array([[curve[step] for step in steps] for curve in curves], dtype=float)
     std = values.std(axis=0, ddof=1) if len(seeds) > 1 else np.zeros(len(steps))
