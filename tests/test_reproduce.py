@@ -319,3 +319,19 @@ def test_the_a1_section_sets_each_eager_check_beside_its_fast_run(reproduce, tmp
     assert "| hyla-s0 | step 5,000 | step 10,000 |" in lines
     assert "| compiled + graphed, GPU | 0.700 | 0.750 |" in lines
     assert "| eager, CPU | 0.730 | 0.800 |" in lines
+
+
+def test_the_table_a1_sweep_spec_holds_the_sections_runs(reproduce, tmp_path: Path) -> None:
+    # benchmarks/sweeps/fuzzy-logic-a1.yaml trains the section's runs through `latentlens
+    # sweep` (on a cluster): the same configs in the folders the section reads, so that
+    # reproduce.py finds them finished; the sweep gives each its one thread
+    from reproduction import fuzzy_logic_a1_section as a1
+
+    from latentlens.sweep import SweepSpec
+
+    sweep = SCRIPT.parent / "sweeps" / "fuzzy-logic-a1.yaml"
+    cells = {cell.name: cell.config for cell in SweepSpec.read(sweep).cells()}
+    planned = {spec.path.name: spec.config for spec in a1.plan("gpu", 3, tmp_path)}
+    assert sorted(cells) == sorted(planned) and len(cells) == 9
+    for name, config in planned.items():
+        assert cells[name] == {**config, "train": {**config["train"], "threads": 1}}, name

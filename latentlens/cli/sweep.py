@@ -38,6 +38,13 @@ def add_sweep_parser(commands: argparse._SubParsersAction) -> None:
         help="refuse a grid of more cells than this (default: %(default)s)",
     )
     sweep.add_argument(
+        "--time-budget",
+        type=float,
+        metavar="SECONDS",
+        help="stop every cell by then, checkpointed (exit status 3 while some are left); "
+        "the same command continues them",
+    )
+    sweep.add_argument(
         "--status", type=Path, metavar="SWEEP_DIR", help="print a sweep's cells and exit"
     )
     sweep.set_defaults(handler=run_sweep_command)
@@ -53,8 +60,13 @@ def run_sweep_command(args: argparse.Namespace) -> int:
         raise ValueError("give a sweep spec file, or --status SWEEP_DIR")
     spec = SweepSpec.read(args.spec)
     out = args.out or Path("runs") / f"sweep-{args.spec.stem}"
-    states = run_sweep(
-        spec, out, args.address, args.device, args.num_cpus, args.seeds, args.max_cells
-    )
+    states = run_sweep(spec, out, args.address, args.device, args.num_cpus, args.seeds,
+                       args.max_cells, args.time_budget)  # fmt: skip
     print("\n".join(status_lines(out)))
-    return 1 if any(s["state"] == "failed" for s in states.values()) else 0
+    if any(s["state"] == "failed" for s in states.values()):
+        return 1
+    if paused := sum(s["state"] == "paused" for s in states.values()):
+        print(f"{paused} cells paused for --time-budget, checkpointed; run the same command "
+              "again to continue them")  # fmt: skip
+        return 3
+    return 0

@@ -3,7 +3,10 @@ cluster by address. One CPU core (or one GPU) per run, by Ray's resource account
 cell is an ordinary run directory ``OUT/<cell>``: finished cells are skipped, interrupted
 ones resumed from their checkpoints, a crashed cell is reported without stopping the
 others, and a worker that dies is retried once (resuming from its checkpoint).
-``OUT/sweep.json`` holds every cell's state, which ``latentlens sweep --status`` reads.
+With a time budget every cell checkpoints and stops by the same deadline (the driver's
+clock at the start plus the budget), and is left ``paused`` for the next call.
+``OUT/sweep.json`` holds every cell's state and its training seconds (the slices of
+several calls added up), which ``latentlens sweep --status`` reads.
 """
 
 from __future__ import annotations
@@ -21,6 +24,9 @@ from latentlens.training.checkpoint import atomic_write_bytes
 
 STATUS_FILE = "sweep.json"
 PROGRESS_EVERY = 30.0  # seconds between lines about the running cells
+# Below this many seconds before the deadline a cell is not started: its start-up (the
+# worker's imports, the task's split) would take most of it.
+MINIMUM_SLICE = 20.0
 
 
 def require_ray() -> Any:
@@ -56,31 +62,42 @@ def ray_map(
             yield ray.get(ref)
 
 
-def train_cell(path: str, config: dict[str, Any], device: str) -> dict[str, Any]:
-    """Bring one cell's run to its last step (in a Ray worker); its final metrics."""
+def train_cell(
+    path: str, config: dict[str, Any], device: str, deadline: float | None = None
+) -> dict[str, Any]:
+    """Bring one cell's run to its last step, or as far as ``deadline`` (a ``time.time()``)
+    allows (in a Ray worker): ``{"metrics": its last evaluation's, "finished": bool,
+    "seconds": this slice's training time}``."""
+    return train_group([path], [config], device, deadline)[0]
+
+
+def train_group(
+    paths: list[str], configs: list[dict[str, Any]], device: str, deadline: float | None = None
+) -> list[dict[str, Any]]:
+    """Bring cells to their last step, or as far as ``deadline`` allows (a Ray worker): one
+    cell as a run, several that differ only in their seed as one vmapped seed group
+    (:func:`~latentlens.training.train_group_or_resume`; cells started apart are finished
+    apart); each cell's result as :func:`train_cell` gives it, the group's seconds shared
+    equally."""
     import torch
 
     from latentlens.probes import tracking_callbacks
-    from latentlens.training import train_or_resume
+    from latentlens.training import train_group_or_resume, train_or_resume
 
-    torch.set_num_threads(1)  # Ray gave this run one core
-    train_or_resume(path, config, tracking_callbacks(config), device=device, quiet=True)
-    return final_metrics(path)
-
-
-def train_group(paths: list[str], configs: list[dict[str, Any]], device: str) -> list[dict]:
-    """Bring cells that differ only in their seed to their last step as one vmapped seed
-    group (a Ray worker; :func:`~latentlens.training.train_group_or_resume`); each cell's
-    final metrics. Cells started apart are finished apart."""
-    import torch
-
-    from latentlens.probes import tracking_callbacks
-    from latentlens.training import train_group_or_resume
-
-    torch.set_num_threads(1)
-    callbacks = [tracking_callbacks(config) for config in configs]
-    train_group_or_resume(paths, configs, callbacks, device=device, quiet=True)
-    return [final_metrics(path) for path in paths]
+    budget = None if deadline is None else deadline - time.time()
+    start = time.perf_counter()
+    if budget is None or budget >= MINIMUM_SLICE:
+        torch.set_num_threads(1)  # Ray gave this task one core
+        callbacks = [tracking_callbacks(config) for config in configs]
+        if len(paths) == 1:
+            train_or_resume(paths[0], configs[0], callbacks[0], device=device, quiet=True,
+                            time_budget=budget)  # fmt: skip
+        else:
+            train_group_or_resume(paths, configs, callbacks, device=device, quiet=True,
+                                  time_budget=budget)  # fmt: skip
+    share = (time.perf_counter() - start) / len(paths)
+    return [{"metrics": final_metrics(path), "finished": cell_finished(Path(path), config),
+             "seconds": share} for path, config in zip(paths, configs, strict=True)]  # fmt: skip
 
 
 def final_metrics(path: str) -> dict[str, Any]:
@@ -115,11 +132,16 @@ def write_status(out: Path, states: dict[str, dict[str, Any]]) -> None:
 
 
 def live_step(out: Path, name: str) -> int | None:
-    """The newest evaluated step of a cell's run directory (None before its first)."""
+    """How far a cell's run directory has come: its newest checkpoint's or evaluation's
+    step, whichever is later (None before either)."""
+    from latentlens.training import RunDirectory, list_checkpoints
     from latentlens.training.run_dir import read_jsonl
 
     records = read_jsonl(out / name / "metrics.jsonl")
-    return records[-1]["step"] if records else None
+    checkpoints = list_checkpoints(RunDirectory(out / name).checkpoints)
+    steps = [records[-1]["step"]] if records else []
+    steps += [checkpoints[-1][0]] if checkpoints else []
+    return max(steps) if steps else None
 
 
 def _read_states(path: Path) -> dict[str, dict[str, Any]]:
@@ -144,20 +166,23 @@ def _read_states(path: Path) -> dict[str, dict[str, Any]]:
 
 
 def status_lines(out: Path) -> list[str]:
-    """The sweep in ``out`` as a table, a row per cell: its state, step and its task's
-    headline metric (:attr:`latentlens.tasks.Task.headline`), then the counts."""
+    """The sweep in ``out`` as a table, a row per cell: its state, step (the newest
+    checkpoint's or evaluation's), training seconds and its task's headline metric
+    (:attr:`latentlens.tasks.Task.headline`), then the counts."""
     path = out / STATUS_FILE
     if not path.is_file():
         raise ValueError(f"{out} holds no sweep ({STATUS_FILE}); start one with latentlens sweep")
     states = _read_states(path)
-    rows = [("cell", "state", "step", "headline")]
+    rows = [("cell", "state", "step", "train s", "headline")]
     for name, state in states.items():
         step = live_step(out, name)
         shown = state.get("error") or state.get("metric") or ""
-        rows.append((name, state["state"], "-" if step is None else str(step), shown))
-    widths = [max(len(row[i]) for row in rows) for i in range(3)]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row[:3], widths, strict=False))
-             + "  " + row[3] for row in rows]  # fmt: skip
+        seconds = state.get("seconds")
+        rows.append((name, state["state"], "-" if step is None else str(step),
+                     "-" if seconds is None else f"{seconds:.0f}", shown))  # fmt: skip
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row[:4], widths, strict=False))
+             + "  " + row[4] for row in rows]  # fmt: skip
     counts = {s: sum(v["state"] == s for v in states.values()) for s in ("done", "failed")}
     lines.append(f"{len(states)} cells: {counts['done']} done, {counts['failed']} failed, "
                  f"{len(states) - sum(counts.values())} not finished")  # fmt: skip
@@ -187,15 +212,25 @@ def run_sweep(
     num_cpus: int | None = None,
     group_seeds: bool = False,
     max_cells: int = MAX_CELLS,
+    time_budget: float | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """Run every cell of ``spec`` into ``out``; returns the cells' final states. With
-    ``group_seeds``, cells that differ only in ``train.seed`` train as one vmapped seed
-    group (one task), which pays on a GPU. A grid over ``max_cells`` is refused."""
+    """Run every cell of ``spec`` into ``out``; returns the cells' final states (``done``,
+    ``failed``, or ``paused`` by ``time_budget``, seconds from now by which every cell has
+    checkpointed and stopped). With ``group_seeds``, cells that differ only in
+    ``train.seed`` train as one vmapped seed group (one task), which pays on a GPU. A grid
+    over ``max_cells`` is refused."""
     if num_cpus is not None and (isinstance(num_cpus, bool) or num_cpus < 1):
         raise ValueError(f"num_cpus={num_cpus} is invalid: Ray needs at least 1 CPU to run a cell")
+    if time_budget is not None and not time_budget > 0:
+        raise ValueError(
+            f"time_budget={time_budget} is invalid: give the seconds the sweep may take"
+        )
+    deadline = None if time_budget is None else time.time() + time_budget
     ray = require_ray()
     out = Path(out)
     cells = spec.cells(max_cells)  # every config resolved before anything starts
+    seconds = {name: state["seconds"] for name, state in _earlier_states(out).items()
+               if isinstance(state.get("seconds"), (int, float))}  # fmt: skip
     states: dict[str, dict[str, Any]] = {}
     pending: list[Cell] = []
     for cell in cells:
@@ -205,6 +240,8 @@ def run_sweep(
         else:
             states[cell.name] = {"state": "queued"}
             pending.append(cell)
+        if cell.name in seconds:
+            states[cell.name]["seconds"] = seconds[cell.name]
     write_status(out, states)
     if found := len(cells) - len(pending):
         print(f"{found} of {len(cells)} cells found finished", flush=True)
@@ -213,18 +250,15 @@ def run_sweep(
     with ray_instance(ray, address=address, num_cpus=num_cpus, include_dashboard=False,
                       log_to_driver=False, configure_logging=False):  # fmt: skip
         resources = {"num_gpus": 1} if device.startswith("cuda") else {"num_cpus": 1}
-        one = ray.remote(max_retries=1, **resources)(train_cell)
         group = ray.remote(max_retries=1, **resources)(train_group)
         refs: dict[Any, list[Cell]] = {}
         for cells_of in seed_groups(pending) if group_seeds else [[c] for c in pending]:
             paths = [str((out / c.name).resolve()) for c in cells_of]
-            if len(cells_of) == 1:
-                refs[one.remote(paths[0], cells_of[0].config, device)] = cells_of
-            else:
-                refs[group.remote(paths, [c.config for c in cells_of], device)] = cells_of
+            configs = [c.config for c in cells_of]
+            refs[group.remote(paths, configs, device, deadline)] = cells_of
         print(f"{len(pending)} cells to train as {len(refs)} Ray tasks", flush=True)
         for cell in pending:
-            states[cell.name] = {"state": "running"}
+            states[cell.name] = {**states[cell.name], "state": "running"}
         write_status(out, states)
         last_progress = time.monotonic()
         try:
@@ -233,21 +267,21 @@ def run_sweep(
                 for ref in ready:
                     cells_of = refs.pop(ref)
                     try:
-                        result = ray.get(ref)
-                        results = result if isinstance(result, list) else [result]
-                        for cell, metrics in zip(cells_of, results, strict=True):
-                            task = cell.config["task"]["name"]
-                            states[cell.name] = {"state": "done", "metric": headline(metrics, task)}
+                        results = ray.get(ref)
+                        for cell, result in zip(cells_of, results, strict=True):
+                            states[cell.name] = _state_of(cell, result, states[cell.name])
                     except Exception as err:  # noqa: BLE001 - a crashed cell must not stop the rest
                         cause = getattr(err, "cause", None) or err
                         error = f"{type(cause).__name__}: {cause}"
                         for cell in cells_of:
-                            states[cell.name] = {"state": "failed", "error": error}
-                    finished = sum(s["state"] in ("done", "failed") for s in states.values())
+                            states[cell.name] = {**states[cell.name], "state": "failed",
+                                                 "error": error}  # fmt: skip
+                    ended = sum(s["state"] in ("done", "failed", "paused")
+                                for s in states.values())  # fmt: skip
                     for cell in cells_of:  # progress; the metrics come in the closing table
                         state = states[cell.name]
                         error = f": {state['error']}" if "error" in state else ""
-                        print(f"[{finished}/{len(cells)}] {cell.name}: {state['state']}{error}",
+                        print(f"[{ended}/{len(cells)}] {cell.name}: {state['state']}{error}",
                               flush=True)  # fmt: skip
                     write_status(out, states)
                 if refs and time.monotonic() - last_progress > PROGRESS_EVERY:
@@ -263,3 +297,19 @@ def run_sweep(
                 "continues it (finished cells are skipped, the others resume)"
             ) from None
     return states
+
+
+def _state_of(cell: Cell, result: dict[str, Any], before: dict[str, Any]) -> dict[str, Any]:
+    """A cell's state from its task's result: ``done`` with its headline metric, or
+    ``paused`` by the time budget; its training seconds added to those of earlier calls."""
+    seconds = round(before.get("seconds", 0.0) + result["seconds"], 1)
+    if not result["finished"]:
+        return {"state": "paused", "seconds": seconds}
+    metric = headline(result["metrics"], cell.config["task"]["name"])
+    return {"state": "done", "metric": metric, "seconds": seconds}
+
+
+def _earlier_states(out: Path) -> dict[str, dict[str, Any]]:
+    """The cells' states an earlier call left in ``out`` (none where it left no file)."""
+    path = out / STATUS_FILE
+    return _read_states(path) if path.is_file() else {}

@@ -12,8 +12,11 @@ A spec is a JSON or YAML file::
       model.attention: [softmax, hyla]
       train.seed: [0, 1]
       task.frac_test: [0.5, 0.7]
+    name: "{attention}-s{seed}-f{frac_test}"   # optional: each cell's folder
 
-An axis is ``SECTION.FIELD`` with ``SECTION`` one of model, task, train.
+An axis is ``SECTION.FIELD`` with ``SECTION`` one of model, task, train. A cell's folder is
+``attention=hyla,seed=0,frac_test=0.5`` unless ``name`` gives a template, in which each
+axis's ``{FIELD}`` stands for its value.
 """
 
 from __future__ import annotations
@@ -34,11 +37,15 @@ MAX_CELLS = 10_000
 NAME_CHARACTERS = re.compile(r"[^A-Za-z0-9._=,+-]")
 
 
-def cell_name(values: dict[str, Any]) -> str:
-    """``attention=hyla,seed=0``: each axis's field and value, as one safe folder name
-    (characters other than letters, digits and ``._=,+-`` become ``_``; a name of dots
-    alone cannot be one)."""
-    name = ",".join(f"{axis.partition('.')[2]}={value}" for axis, value in values.items())
+def cell_name(values: dict[str, Any], template: str | None = None) -> str:
+    """``attention=hyla,seed=0`` (each axis's field and value), or ``template`` with each
+    axis's ``{FIELD}`` replaced by its value (``"{attention}-s{seed}"``: ``hyla-s0``), as
+    one safe folder name (characters other than letters, digits and ``._=,+-`` become
+    ``_``; a name of dots alone cannot be one)."""
+    if template is None:
+        name = ",".join(f"{axis.partition('.')[2]}={value}" for axis, value in values.items())
+    else:
+        name = template.format_map({axis.partition(".")[2]: v for axis, v in values.items()})
     name = NAME_CHARACTERS.sub("_", name)
     return name if name.strip(".") else name.replace(".", "_")
 
@@ -59,6 +66,7 @@ class SweepSpec:
     base: dict[str, dict[str, Any]]
     axes: dict[str, list[Any]]
     where: str = "the sweep spec"  # its file, for the errors its cells raise
+    name: str | None = None  # the cells' folder template: "{attention}-s{seed}"
 
     @classmethod
     def read(cls, path: str | Path) -> SweepSpec:
@@ -86,12 +94,12 @@ class SweepSpec:
             raise ValueError(
                 f"{where} needs at least 'task' and 'axes' (see `latentlens sweep -h`)"
             )
-        unknown = sorted(set(data) - {"task", "model", "base", "axes"})
+        unknown = sorted(set(data) - {"task", "model", "base", "axes", "name"})
         if unknown:
             raise ValueError(
-                f"{where} has unknown keys {unknown}; allowed: task, model, base, axes"
+                f"{where} has unknown keys {unknown}; allowed: task, model, base, axes, name"
             )
-        for key in ("task", "model"):
+        for key in ("task", "model", "name"):
             if key in data and not isinstance(data[key], str):
                 raise ValueError(f"{where}: {key!r} must be a name (a string), not {data[key]!r}")
         base = data.get("base") or {}
@@ -114,9 +122,24 @@ class SweepSpec:
                 )
             if not isinstance(values, list) or not values:
                 raise ValueError(f"{where}: axis {axis!r} needs a non-empty list of values")
+        if "name" in data:
+            fields = {str(axis).partition(".")[2]: values[0] for axis, values in axes.items()}
+            try:
+                data["name"].format_map(fields)
+            except KeyError as err:
+                raise ValueError(
+                    f"{where}: name {data['name']!r} uses {{{err.args[0]}}}, which is no "
+                    f"axis's field; the axes' fields: {', '.join(fields)}"
+                ) from None
+            except (ValueError, IndexError) as err:
+                raise ValueError(
+                    f"{where}: name {data['name']!r} is not a template ({err}); write each "
+                    'axis\'s field in braces, as in "{attention}-s{seed}"'
+                ) from None
         return cls(str(data["task"]), str(data.get("model", "transformer")),
                    {s: dict(base.get(s) or {}) for s in SECTIONS},
-                   {str(k): list(v) for k, v in axes.items()}, where)  # fmt: skip
+                   {str(k): list(v) for k, v in axes.items()}, where,
+                   data.get("name"))  # fmt: skip
 
     def size(self) -> int:
         """The number of cells, counted without building them."""
@@ -143,7 +166,7 @@ class SweepSpec:
                 section, _, field = axis.partition(".")
                 sections[section][field] = value
             task_config = sections["task"] or None
-            name = cell_name(values)
+            name = cell_name(values, self.name)
             try:
                 config = Trainer.resolve_config(
                     task,
@@ -157,7 +180,8 @@ class SweepSpec:
             if any(cell.name == name for cell in cells):
                 raise ValueError(
                     f"two cells of the sweep would share the folder {name!r} (values that "
-                    "differ only in characters a folder name cannot hold): rename the values"
+                    "differ only in characters a folder name cannot hold, or a name template "
+                    "that leaves an axis out): rename the values or use every axis in the name"
                 )
             cells.append(Cell(name, values, config))
         return cells

@@ -105,7 +105,7 @@ def test_a_sweep_on_local_ray_runs_skips_and_reports(tmp_path, capsys) -> None:
     # progress while it runs, the metrics once, in the closing table under its headline:
     # fuzzy logic's held-out combinations (the paper's OOD), not the never-seen terms
     row = next(line for line in printed.splitlines() if line.startswith("attention=hyla,seed=1 "))
-    assert re.search(r"done\s+20\s+test r2 -?\d+\.\d{3}$", row), row
+    assert re.search(r"done\s+20\s+\d+\s+test r2 -?\d+\.\d{3}$", row), row
     lines = printed.splitlines()
     assert sum("attention=hyla,seed=1" in line and "r2" in line for line in lines) == 1
     assert "[" in next(line for line in lines if line.endswith("attention=hyla,seed=1: done"))
@@ -125,9 +125,10 @@ def test_a_sweep_on_local_ray_runs_skips_and_reports(tmp_path, capsys) -> None:
     assert (out / "attention=softmax,seed=0" / "metrics.jsonl").read_text() == before
     assert main(["sweep", "--status", str(out)]) == 0
     status = capsys.readouterr().out.splitlines()
-    assert status[0].split() == ["cell", "state", "step", "headline"]
+    assert status[0].split() == ["cell", "state", "step", "train", "s", "headline"]
     row = next(line for line in status if line.startswith("attention=hyla,seed=0 "))
-    assert row.split()[1:4] == ["done", "20", "test"] and row.endswith("(found finished)")
+    assert row.split()[1:3] == ["done", "20"] and row.split()[4] == "test"
+    assert float(row.split()[3]) > 0 and row.endswith("(found finished)")
 
 
 def test_a_crashed_cell_does_not_stop_the_others(tmp_path, capsys) -> None:
@@ -180,7 +181,7 @@ def test_bad_sweep_input_is_one_line(tmp_path, capsys) -> None:
 
 def test_a_killed_worker_is_retried_and_its_cell_resumes_bit_equal(tmp_path) -> None:
     sweep, cell = start_one_cell_sweep(tmp_path, steps=600)
-    workers = subprocess.run(["pgrep", "-f", "ray::train_cell"], capture_output=True, text=True)
+    workers = subprocess.run(["pgrep", "-f", "ray::train_group"], capture_output=True, text=True)
     pids = [int(p) for p in workers.stdout.split()]
     assert pids, "no Ray worker found running the cell"
     killed_at = list_checkpoints(cell / "checkpoints")[-1][0]
@@ -290,4 +291,70 @@ def test_cell_names_stay_inside_the_sweep_folder() -> None:
     assert cell_name({"model.attention": "hyla", "train.seed": 0}) == "attention=hyla,seed=0"
     spec = SweepSpec.from_dict({"task": "fuzzy-logic", "axes": {"train.track": [["a/b"], ["a_b"]]}})
     with pytest.raises(ValueError, match="would share the folder"):
+        spec.cells()
+
+
+def test_a_time_budget_pauses_the_cells_and_the_same_command_finishes_them(
+    tmp_path, capsys
+) -> None:
+    spec = write_spec(tmp_path / "spec.json", {"train.seed": [0, 1]})
+    out = tmp_path / "sweep"
+    # 15 s is below a cell's smallest slice (20 s): no cell starts, each is left for later
+    assert main(["sweep", str(spec), "--out", str(out), "--num-cpus", "2",
+                 "--time-budget", "15"]) == 3  # fmt: skip
+    printed = capsys.readouterr().out
+    assert "2 cells paused for --time-budget" in printed and "run the same command" in printed
+    states = json.loads((out / "sweep.json").read_text())["cells"]
+    assert [s["state"] for s in states.values()] == ["paused", "paused"]
+    assert main(["sweep", str(spec), "--out", str(out), "--num-cpus", "2"]) == 0
+    assert "2 cells: 2 done" in capsys.readouterr().out
+    states = json.loads((out / "sweep.json").read_text())["cells"]
+    assert all(s["state"] == "done" and s["seconds"] > 0 for s in states.values())
+    assert main(["sweep", str(spec), "--out", str(out), "--num-cpus", "2", "--time-budget",
+                 "0"]) == 2  # fmt: skip
+    assert "time_budget=0.0 is invalid" in capsys.readouterr().err
+
+
+def test_a_cell_stops_by_the_deadline_checkpointed_and_resumes_bit_equal(
+    tmp_path, monkeypatch
+) -> None:
+    import latentlens.probes  # noqa: F401 - imported before the clock starts, as in a worker
+    from latentlens.sweep import run as sweep_run
+
+    base = {**BASE, "train": {**BASE["train"], "steps": 1000, "eval_every": 100}}
+    spec = SweepSpec.from_dict({"task": "fuzzy-logic", "base": base, "axes": {"train.seed": [0]}})
+    config = spec.cells()[0].config
+    cell = tmp_path / "cell"
+    monkeypatch.setattr(sweep_run, "MINIMUM_SLICE", 0.0)  # a slice of seconds, here
+    threads = torch.get_num_threads()
+    try:
+        [paused] = sweep_run.train_group([str(cell)], [config], "cpu", time.time() + 2.0)
+        assert not paused["finished"] and 0 < paused["seconds"] < 30
+        stopped_at = list_checkpoints(cell / "checkpoints")[-1][0]
+        assert 0 < stopped_at < 1000
+        [done] = sweep_run.train_group([str(cell)], [config], "cpu", None)
+    finally:
+        torch.set_num_threads(threads)
+    assert done["finished"] and set(done["metrics"]) == {"train", "test", "ood"}
+    whole = tmp_path / "whole"
+    train_alone(whole, config)
+    assert RunDirectory(cell).read_metrics() == RunDirectory(whole).read_metrics()
+
+
+def test_a_name_template_names_the_cells_folders(tmp_path) -> None:
+    axes = {"model.attention": ["softmax", "hyla"], "train.seed": [0, 1]}
+    spec = SweepSpec.from_dict({"task": "fuzzy-logic", "base": BASE, "axes": axes,
+                                "name": "{attention}-s{seed}"})  # fmt: skip
+    assert [c.name for c in spec.cells()] == ["softmax-s0", "softmax-s1", "hyla-s0", "hyla-s1"]
+    wrong = {
+        "{attention}-s{sed}": "uses {sed}, which is no axis's field; the axes' fields: "
+        "attention, seed",
+        "{attention": "is not a template",
+    }
+    for name, message in wrong.items():
+        with pytest.raises(ValueError, match=re.escape(message)):
+            SweepSpec.from_dict({"task": "fuzzy-logic", "axes": axes, "name": name})
+    spec = SweepSpec.from_dict({"task": "fuzzy-logic", "base": BASE, "axes": axes,
+                                "name": "{attention}"})  # fmt: skip
+    with pytest.raises(ValueError, match="use every axis in the name"):
         spec.cells()
