@@ -121,11 +121,15 @@ class Reaper:
 def ray_instance(ray: Any, **init: Any) -> Iterator[bool]:
     """``ray.init(**init)`` unless Ray is running already (yields whether it started one
     here), then ``ray.shutdown()`` on the way out; a local instance started here is reaped
-    when the driver dies, however it dies."""
+    when the driver dies, however it dies. Without an address (nor ``RAY_ADDRESS``) the
+    instance is a new local one: Ray's own default would join a cluster that ``ray start``
+    left running on this machine, whose resources are not this call's to set."""
     if ray.is_initialized():
         yield False
         return
-    local = init.get("address") is None and PROC.is_dir()
+    if init.get("address") is None and not os.environ.get("RAY_ADDRESS"):
+        init = {**init, "address": "local"}
+    local = init.get("address") == "local" and PROC.is_dir()
     reaper = Reaper() if local else None
     before = {pid for pid, _ in children_of(os.getpid())}
     try:

@@ -358,3 +358,35 @@ def test_a_name_template_names_the_cells_folders(tmp_path) -> None:
                                 "name": "{attention}"})  # fmt: skip
     with pytest.raises(ValueError, match="use every axis in the name"):
         spec.cells()
+
+
+def test_without_an_address_the_instance_is_a_new_local_one(monkeypatch) -> None:
+    """Ray's default (address None) joins a cluster that `ray start` left running on the
+    machine, and then refuses the sweep's num_cpus: a sweep without --address (nor
+    RAY_ADDRESS) asks for a new local instance."""
+    from latentlens.sweep.reaper import ray_instance
+
+    class Recorder:
+        def __init__(self) -> None:
+            self.calls: list[dict] = []
+
+        def is_initialized(self) -> bool:
+            return False
+
+        def init(self, **init) -> None:
+            self.calls.append(init)
+
+        def shutdown(self) -> None:
+            pass
+
+    ray = Recorder()
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    with ray_instance(ray, num_cpus=2):
+        pass
+    with ray_instance(ray, address="10.0.0.1:6379"):
+        pass
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.2:6379")  # Ray reads it itself
+    with ray_instance(ray, num_cpus=2):
+        pass
+    assert [call.get("address") for call in ray.calls] == ["local", "10.0.0.1:6379", None]
+    assert ray.calls[0]["num_cpus"] == 2
