@@ -57,6 +57,7 @@ from reproduction.runs import (  # noqa: E402
     code_commit,
     default_jobs,
     finished,
+    recorded_seconds,
     train_all,
     units_of,
 )
@@ -127,7 +128,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     print(f"training {len(every)} runs ({args.size}), {jobs} at a time ...", flush=True)
     deadline = None if args.time_budget is None else time.time() + args.time_budget
-    timings = train_all(every, out, args.device, jobs, deadline)
+    # runs a sweep trained into a section's folder keep their seconds in its sweep.json
+    timings = recorded_seconds(out) | train_all(every, out, args.device, jobs, deadline)
     trained_s = time.perf_counter() - start
     unfinished = [spec for spec in every if not finished(spec)]
     if unfinished:

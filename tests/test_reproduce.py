@@ -335,3 +335,47 @@ def test_the_table_a1_sweep_spec_holds_the_sections_runs(reproduce, tmp_path: Pa
     assert sorted(cells) == sorted(planned) and len(cells) == 9
     for name, config in planned.items():
         assert cells[name] == {**config, "train": {**config["train"], "threads": 1}}, name
+
+
+def test_the_a1_section_sets_the_same_configs_trained_elsewhere_beside_its_own(
+    reproduce, tmp_path
+) -> None:
+    from reproduction.fuzzy_logic_a1_section import ELSEWHERE, elsewhere_lines
+    from reproduction.runs import TRAINED_ON, difference_interval
+
+    def run(path: Path, test_r2: float) -> None:
+        path.mkdir(parents=True)
+        rows = [{"step": 50_000, "split": split, "r2": test_r2 if split == "test" else 0.0}
+                for split in ("train", "test", "ood")]  # fmt: skip
+        (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    here = {"softmax": [0.60, 0.64, 0.62], "linear": [0.55, 0.58, 0.61],
+            "hyla": [0.90, 0.93, 0.92]}  # fmt: skip
+    there = {"softmax": [0.62, 0.60, 0.66], "linear": [0.50, 0.59, 0.57],
+             "hyla": [0.92, 0.91, 0.93]}  # fmt: skip
+    for variant in here:
+        for seed in range(3):
+            run(tmp_path / f"{variant}-s{seed}", here[variant][seed])
+            if (variant, seed) != ("hyla", 2):
+                run(tmp_path / ELSEWHERE / f"{variant}-s{seed}", there[variant][seed])
+    assert elsewhere_lines(tmp_path, 3) == []  # a run missing there: no half comparison
+    run(tmp_path / ELSEWHERE / "hyla-s2", there["hyla"][2])
+    (tmp_path / ELSEWHERE / TRAINED_ON).write_text("an H100, compiled and graphed.\n")
+    lines = elsewhere_lines(tmp_path, 3)
+    assert "(an H100, compiled and graphed)" in lines[1]
+    diff, low, high = difference_interval(here["hyla"], there["hyla"])
+    assert f"| HYLA | 0.900 / 0.930 / 0.920 | 0.920 / 0.910 / 0.930 | {diff:+.3f} " \
+        f"[{low:+.3f}, {high:+.3f}] |" in lines  # fmt: skip
+    assert f"{diff:+.3f}" == "-0.003"  # (0.90 + 0.93 + 0.92 - 0.92 - 0.91 - 0.93) / 3
+
+
+def test_reproduce_reads_the_seconds_a_sweep_recorded(reproduce, tmp_path) -> None:
+    from reproduction.runs import TIMINGS, recorded_seconds
+
+    (tmp_path / "fuzzy-logic-a1").mkdir()
+    cells = {"hyla-s0": {"state": "done", "seconds": 2900.5},
+             "hyla-s1": {"state": "paused", "seconds": 100.0}}  # fmt: skip
+    (tmp_path / "fuzzy-logic-a1" / "sweep.json").write_text(json.dumps({"cells": cells}))
+    assert recorded_seconds(tmp_path) == {"fuzzy-logic-a1/hyla-s0": 2900.5}
+    (tmp_path / TIMINGS).write_text(json.dumps({"fuzzy-logic-a1/hyla-s0": 10.0, "x/y": 1.0}))
+    assert recorded_seconds(tmp_path) == {"fuzzy-logic-a1/hyla-s0": 10.0, "x/y": 1.0}

@@ -8,7 +8,6 @@ head ablations), each with its control and error."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,13 @@ from latentlens.figures import metric_curves, save_figure
 from latentlens.figures.training import metric_curve
 from latentlens.training import RunDirectory, TrainConfig, Trainer, model_for_task
 from reproduction.fuzzy_logic_section import PAPER_TABLE_A1, VARIANTS, final_r2, task_config
-from reproduction.runs import TIMINGS, RunSpec, difference_interval, mean_std
+from reproduction.runs import (
+    TRAINED_ON,
+    RunSpec,
+    difference_interval,
+    mean_std,
+    recorded_seconds,
+)
 from reproduction.sraven_section import read_probes
 
 TITLE = "Fuzzy logic at Table A1's setting"
@@ -85,6 +90,7 @@ def report(out: Path, size: str, seeds: int, device: str, figures: Path) -> str:
     lines += latent_code_lines(out, seeds, SIZES[size]["probe_examples"], timings_of(out),
                                VARIANTS, PAIRS)  # fmt: skip
     lines += eager_check_lines(out)
+    lines += elsewhere_lines(out, seeds)
     curves = {label: out / f"{variant}-s0" for variant, label in VARIANTS.items()}
     save_figure(metric_curves(curves, metric="r2", ylim=(-1.0, 1.0)),
                 figures / "fuzzy-logic-a1-curves", ("png",))  # fmt: skip
@@ -128,6 +134,42 @@ def eager_check_lines(out: Path) -> list[str]:
     return lines[:-1]
 
 
+# The same configs trained another way, in OUT/elsewhere/<run> with its own TRAINED_ON.txt
+# (a link to another sweep's or lease's folder): the CPU's eager runs beside the GPU's
+# compiled and graphed ones, whichever of them the section reports.
+ELSEWHERE = "elsewhere"
+
+
+def elsewhere_lines(out: Path, seeds: int) -> list[str]:
+    """Each variant's final test R² here beside the same configs' in ``OUT/elsewhere``,
+    with the 95% Welch interval of the difference; nothing where that folder holds no
+    finished run of every variant and seed."""
+    there = out / ELSEWHERE
+    runs = [f"{variant}-s{seed}" for variant in VARIANTS for seed in range(seeds)]
+    if not all((there / run / "metrics.jsonl").is_file() for run in runs):
+        return []
+    where = (there / TRAINED_ON).read_text().strip() if (there / TRAINED_ON).is_file() else ""
+    lines = [
+        "",
+        "The same configs trained elsewhere"
+        + (f" ({where.rstrip('.')})" if where else "")
+        + ": final test R² per seed, here and there, and the difference of the means "
+        "(here − there) with its 95% Welch interval.",
+        "",
+        "| attention | here | there | here − there |",
+        "|---|---|---|---|",
+    ]
+    for variant, label in VARIANTS.items():
+        ours = [final_r2(out / f"{variant}-s{s}")["test"] for s in range(seeds)]
+        theirs = [final_r2(there / f"{variant}-s{s}")["test"] for s in range(seeds)]
+        diff, low, high = difference_interval(ours, theirs)
+        lines.append(
+            f"| {label} | {' / '.join(f'{v:.3f}' for v in ours)} | "
+            f"{' / '.join(f'{v:.3f}' for v in theirs)} | {diff:+.3f} [{low:+.3f}, {high:+.3f}] |"
+        )
+    return lines
+
+
 PAIRS = (("hyla", "softmax"), ("hyla", "linear"), ("linear", "softmax"))
 
 
@@ -150,8 +192,7 @@ def difference_lines(
 
 
 def timings_of(out: Path) -> dict[str, float]:
-    path = out.parent / TIMINGS
-    return json.loads(path.read_text()) if path.is_file() else {}
+    return recorded_seconds(out.parent)
 
 
 def latent_code_lines(

@@ -31,7 +31,7 @@ import torch
 from latentlens.devices import resolve_device
 from latentlens.probes import tracking_callbacks
 from latentlens.probes.run import probe_run
-from latentlens.sweep.run import ray_map
+from latentlens.sweep.run import STATUS_FILE, ray_map
 from latentlens.threads import available_cpus, run_threads
 from latentlens.training import (
     RunDirectory,
@@ -218,6 +218,20 @@ def train_all(
             names = [str(spec.path.relative_to(out)) for spec in unit]
             record(timings, timings_file, names, fates)
     return timings
+
+
+def recorded_seconds(out: Path) -> dict[str, float]:
+    """Every finished run's training seconds kept under ``out``, by path relative to it:
+    ``out/timings.json``'s (runs this script trained) and, for runs a ``latentlens sweep``
+    trained into a section's folder, its ``sweep.json``'s (``SECTION/CELL``)."""
+    found: dict[str, float] = {}
+    for status in sorted(out.glob(f"*/{STATUS_FILE}")):
+        cells = json.loads(status.read_text()).get("cells", {})
+        found |= {f"{status.parent.name}/{name}": float(cell["seconds"])
+                  for name, cell in cells.items()
+                  if cell.get("state") == "done" and "seconds" in cell}  # fmt: skip
+    timings = out / TIMINGS
+    return found | (json.loads(timings.read_text()) if timings.is_file() else {})
 
 
 def record(timings: dict[str, float], path: Path, names: list[str], results) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -257,9 +257,6 @@ def run_sweep(
             configs = [c.config for c in cells_of]
             refs[group.remote(paths, configs, device, deadline)] = cells_of
         print(f"{len(pending)} cells to train as {len(refs)} Ray tasks", flush=True)
-        for cell in pending:
-            states[cell.name] = {**states[cell.name], "state": "running"}
-        write_status(out, states)
         last_progress = time.monotonic()
         try:
             while refs:
@@ -285,8 +282,7 @@ def run_sweep(
                               flush=True)  # fmt: skip
                     write_status(out, states)
                 if refs and time.monotonic() - last_progress > PROGRESS_EVERY:
-                    running = [f"{c.name} step {live_step(out, c.name) or 0}"
-                               for cells_of in refs.values() for c in cells_of]  # fmt: skip
+                    running = _mark_running(out, refs.values(), states)
                     print(f"running: {'; '.join(running)}", flush=True)
                     last_progress = time.monotonic()
         except KeyboardInterrupt:
@@ -297,6 +293,27 @@ def run_sweep(
                 "continues it (finished cells are skipped, the others resume)"
             ) from None
     return states
+
+
+def _mark_running(
+    out: Path, waiting: Iterable[list[Cell]], states: dict[str, dict[str, Any]]
+) -> list[str]:
+    """Mark each of the ``waiting`` cells running while a process holds its run's lock,
+    queued otherwise (Ray runs as many as it has cores), in ``states`` and ``sweep.json``;
+    ``"cell step N"`` of each running one. Where the kernel's table of locks cannot be read
+    (not Linux), a cell whose run has begun counts as running."""
+    from latentlens.training.run_lock import being_written
+
+    running = []
+    for cell in (cell for cells_of in waiting for cell in cells_of):
+        writing = being_written(out / cell.name)
+        if writing is None:
+            writing = (out / cell.name / "config.json").is_file()
+        states[cell.name] = {**states[cell.name], "state": "running" if writing else "queued"}
+        if writing:
+            running.append(f"{cell.name} step {live_step(out, cell.name) or 0}")
+    write_status(out, states)
+    return running
 
 
 def _state_of(cell: Cell, result: dict[str, Any], before: dict[str, Any]) -> dict[str, Any]:

@@ -128,6 +128,26 @@ class RunLock:
         self.release()
 
 
+def being_written(directory: str | Path) -> bool | None:
+    """Whether a process on this machine holds ``directory``'s lock now, as the kernel's
+    table of locks (``/proc/locks``) says, without touching the lock (a probe that took it
+    even for an instant could turn a starting writer away); None where that table cannot
+    be read (not Linux) or the directory is gone."""
+    try:
+        found = os.stat(directory)
+        table = Path("/proc/locks").read_text()
+    except OSError:
+        return None
+    # "1: FLOCK  ADVISORY  WRITE 24289 fe:00:16452534 0 EOF": the device (major:minor, hex)
+    # and inode; a lock that a process waits for is listed with "->" before it
+    device = f"{os.major(found.st_dev):02x}:{os.minor(found.st_dev):02x}:{found.st_ino}"
+    return any(
+        fields[1:4] == ["FLOCK", "ADVISORY", "WRITE"] and fields[5] == device
+        for fields in (line.split() for line in table.splitlines())
+        if len(fields) > 5 and "->" not in fields
+    )
+
+
 # atomic_write_bytes's temporary file: ".NAME.tmp-PID"
 TEMPORARY = re.compile(r"\..+\.tmp-\d+")
 # the folders whose files only the run's writer writes

@@ -390,3 +390,25 @@ def test_without_an_address_the_instance_is_a_new_local_one(monkeypatch) -> None
         pass
     assert [call.get("address") for call in ray.calls] == ["local", "10.0.0.1:6379", None]
     assert ray.calls[0]["num_cpus"] == 2
+
+
+def test_a_cell_counts_as_running_while_its_run_is_locked(tmp_path) -> None:
+    """--status said "running" for every cell Ray had not yet started; now a cell is
+    running while a process holds its run's lock (the kernel's table of locks), queued
+    otherwise, a paused run with its config and checkpoints among them."""
+    from latentlens.sweep.run import Cell, _mark_running
+    from latentlens.training.run_lock import RunLock, being_written
+
+    cells = [Cell(name, {}, {}) for name in ("writing", "paused", "new")]
+    for name in ("writing", "paused"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text("{}")
+    states = {cell.name: {"state": "queued"} for cell in cells}
+    with RunLock(tmp_path / "writing"):
+        assert being_written(tmp_path / "writing") is True
+        assert being_written(tmp_path / "paused") is False
+        assert _mark_running(tmp_path, [cells], states) == ["writing step 0"]
+    assert [state["state"] for state in states.values()] == ["running", "queued", "queued"]
+    assert json.loads((tmp_path / "sweep.json").read_text())["cells"] == states
+    assert being_written(tmp_path / "writing") is False  # released
+    assert being_written(tmp_path / "gone") is None
