@@ -181,8 +181,11 @@ def test_bad_sweep_input_is_one_line(tmp_path, capsys) -> None:
 
 def test_a_killed_worker_is_retried_and_its_cell_resumes_bit_equal(tmp_path) -> None:
     sweep, cell = start_one_cell_sweep(tmp_path, steps=600)
-    workers = subprocess.run(["pgrep", "-f", "ray::train_group"], capture_output=True, text=True)
-    pids = [int(p) for p in workers.stdout.split()]
+    # this sweep's own workers: a pattern alone (pgrep -f ray::train_group) killed the
+    # workers of every other Ray sweep on the machine, a long sweep's among them
+    worker = b"ray::train_group"
+    pids = [pid for pid in descendants(sweep.pid)
+            if (PROC / str(pid) / "cmdline").read_bytes().startswith(worker)]  # fmt: skip
     assert pids, "no Ray worker found running the cell"
     killed_at = list_checkpoints(cell / "checkpoints")[-1][0]
     writer = json.loads((cell / ".lock").read_text())["pid"]
