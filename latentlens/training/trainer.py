@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from latentlens import __version__
+from latentlens.allocator import keep_freed_memory
 from latentlens.devices import resolve_device
 from latentlens.models import (
     MODEL_KINDS,
@@ -223,6 +224,8 @@ class Trainer:
         self.model_cfg = model_config(self.model_kind, config["model"])
         self.train_cfg = TrainConfig.from_dict(config["train"])
         compute_with_threads(self.train_cfg.threads)
+        if self.device.type == "cpu":
+            keep_freed_memory()  # a step's buffers reused, not faulted in again
         self.task_name = config["task"]["name"]
         if self.train_cfg.batch_size % self.dist.world_size:
             raise ValueError(
