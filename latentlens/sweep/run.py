@@ -67,7 +67,8 @@ def train_cell(
 ) -> dict[str, Any]:
     """Bring one cell's run to its last step, or as far as ``deadline`` (a ``time.time()``)
     allows (in a Ray worker): ``{"metrics": its last evaluation's, "finished": bool,
-    "seconds": this slice's training time}``."""
+    "seconds": this slice's time, "run_seconds": the training time its newest checkpoint
+    records, from step 0}``."""
     return train_group([path], [config], device, deadline)[0]
 
 
@@ -95,9 +96,12 @@ def train_group(
         else:
             train_group_or_resume(paths, configs, callbacks, device=device, quiet=True,
                                   time_budget=budget)  # fmt: skip
+    from latentlens.training import RunDirectory
+
     share = (time.perf_counter() - start) / len(paths)
     return [{"metrics": final_metrics(path), "finished": cell_finished(Path(path), config),
-             "seconds": share} for path, config in zip(paths, configs, strict=True)]  # fmt: skip
+             "seconds": share, "run_seconds": RunDirectory(path).train_seconds()}
+            for path, config in zip(paths, configs, strict=True)]  # fmt: skip
 
 
 def final_metrics(path: str) -> dict[str, Any]:
@@ -179,7 +183,7 @@ def status_lines(out: Path) -> list[str]:
         shown = state.get("error") or state.get("metric") or ""
         seconds = state.get("seconds")
         rows.append((name, state["state"], "-" if step is None else str(step),
-                     "-" if seconds is None else f"{seconds:.0f}", shown))  # fmt: skip
+                     "-" if seconds is None else f"{seconds:.1f}", shown))  # fmt: skip
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row[:4], widths, strict=False))
              + "  " + row[4] for row in rows]  # fmt: skip
@@ -318,8 +322,13 @@ def _mark_running(
 
 def _state_of(cell: Cell, result: dict[str, Any], before: dict[str, Any]) -> dict[str, Any]:
     """A cell's state from its task's result: ``done`` with its headline metric, or
-    ``paused`` by the time budget; its training seconds added to those of earlier calls."""
-    seconds = round(before.get("seconds", 0.0) + result["seconds"], 1)
+    ``paused`` by the time budget; its training seconds as its run's newest checkpoint
+    records them (every slice's, a killed one's up to its last checkpoint), else this
+    call's added to those of earlier calls."""
+    if result.get("run_seconds") is not None:
+        seconds = round(result["run_seconds"], 1)
+    else:
+        seconds = round(before.get("seconds", 0.0) + result["seconds"], 1)
     if not result["finished"]:
         return {"state": "paused", "seconds": seconds}
     metric = headline(result["metrics"], cell.config["task"]["name"])

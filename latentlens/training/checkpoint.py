@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import re
 import warnings
@@ -36,6 +37,9 @@ class Checkpoint:
     model: dict[str, torch.Tensor]
     optimizer: dict
     rng: dict[str, torch.Tensor]
+    # wall seconds of training that made this state, from step 0 (None: unknown, as in a
+    # checkpoint written before latentlens recorded it)
+    train_seconds: float | None = None
 
 
 def checkpoint_path(directory: Path, step: int) -> Path:
@@ -99,8 +103,11 @@ def save_checkpoint(
     optimizer: torch.optim.Optimizer,
     rng: dict[str, torch.Tensor],
     keep: int,
+    train_seconds: float | None = None,
 ) -> Path:
-    """Write the checkpoint of ``step`` atomically and keep only the newest ``keep``."""
+    """Write the checkpoint of ``step`` atomically and keep only the newest ``keep``;
+    ``train_seconds``, the wall time of training that made it, goes in its metadata (so
+    two identical runs' checkpoints differ there, and in their tensors never)."""
     directory.mkdir(parents=True, exist_ok=True)
     tensors = {f"model.{k}": v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
     optim_state = optimizer.state_dict()
@@ -115,6 +122,8 @@ def save_checkpoint(
         "param_groups": json.dumps(optim_state["param_groups"], default=_tensor_to_number),
         "sha256": tensors_digest(tensors),
     }
+    if train_seconds is not None:
+        metadata["train_seconds"] = f"{train_seconds:.3f}"
     path = checkpoint_path(directory, step)
     atomic_write_bytes(path, in_key_order(save(tensors, metadata=metadata)))
     for _, old in list_checkpoints(directory)[:-keep]:
@@ -197,7 +206,27 @@ def load_checkpoint(path: Path) -> Checkpoint:
             _, index, name = key.split(".", 2)
             state.setdefault(int(index), {})[name] = value
     optimizer = {"state": state, "param_groups": param_groups}
-    return Checkpoint(step, model, optimizer, rng)
+    return Checkpoint(step, model, optimizer, rng, _seconds(metadata.get("train_seconds")))
+
+
+def recorded_train_seconds(path: Path) -> float | None:
+    """The training seconds a checkpoint's metadata records (its header alone is read);
+    None where it records none or cannot be read."""
+    try:
+        with safe_open(str(path), framework="pt") as handle:
+            return _seconds((handle.metadata() or {}).get("train_seconds"))
+    except (SafetensorError, OSError):
+        return None
+
+
+def _seconds(text: str | None) -> float | None:
+    """A checkpoint's recorded training seconds; None where absent or damaged (a number
+    that only describes the run, never a reason to refuse its weights)."""
+    try:
+        seconds = float(text) if text is not None else None
+    except ValueError:
+        return None
+    return seconds if seconds is not None and math.isfinite(seconds) and seconds >= 0 else None
 
 
 def newest_good_checkpoint(directory: Path, at_most: int | None = None) -> Checkpoint | None:

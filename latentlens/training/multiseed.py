@@ -25,6 +25,7 @@ weights.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -319,8 +320,11 @@ class SeedGroup:
 
     def _train(self, quiet: bool) -> list[list[dict[str, Any]]]:
         cfg = self.train_cfg
+        started = time.monotonic()
         for trainer in self.trainers:
             trainer.model.train()
+            # the group's wall time, shared equally by its runs
+            trainer.training_since, trainer.seconds_share = started, 1 / len(self.trainers)
         seeds = len(self.trainers)
         last: list[list[dict[str, Any]]] = [[] for _ in self.trainers]
         first_bad = torch.full((seeds,), NO_BAD_STEP, dtype=torch.long, device=self.device)

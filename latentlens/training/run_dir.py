@@ -9,7 +9,12 @@ import os
 from pathlib import Path
 from typing import Any
 
-from latentlens.training.checkpoint import atomic_write_bytes, with_filename
+from latentlens.training.checkpoint import (
+    atomic_write_bytes,
+    list_checkpoints,
+    recorded_train_seconds,
+    with_filename,
+)
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -181,6 +186,13 @@ class RunDirectory:
                     "restore the file or delete that line"
                 )
         return [{k: math.nan if v is None else v for k, v in r.items()} for r in records]
+
+    def train_seconds(self) -> float | None:
+        """Wall seconds of training behind the newest checkpoint, from step 0, as it
+        records them (a seed group's runs each record their share); None before the first
+        checkpoint or where it records none (written by an older latentlens)."""
+        found = list_checkpoints(self.checkpoints)
+        return recorded_train_seconds(found[-1][1]) if found else None
 
     def last_evaluation(self) -> dict[str, dict[str, Any]]:
         """The records of the newest evaluation, by split (``{}`` before the first)."""

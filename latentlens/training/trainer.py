@@ -278,6 +278,12 @@ class Trainer:
         self.lock: RunLock | None = None
         self.time_budget = time_budget
         self.stopped_at: int | None = None  # the step a time budget stopped training at
+        # the wall time of training behind this state (None: unknown, resumed from a
+        # checkpoint that did not record it), this process's share of it (a seed group's
+        # runs share its time) and when this process began training
+        self.seconds_before: float | None = 0.0
+        self.seconds_share = 1.0
+        self.training_since: float | None = None
 
     def track_recorders(self, callbacks: Sequence[Callback]) -> list[ActivationRecorder]:
         """The recorder of the hooks ``train.track`` names, on a fixed batch of the task's
@@ -467,6 +473,7 @@ class Trainer:
     def restore(self, checkpoint: Any) -> None:
         """The checkpoint's weights, optimiser and RNG states: training continues from it."""
         self.restore_weights(checkpoint)
+        self.seconds_before = checkpoint.train_seconds
         # the optimiser's settings come from the config (a resume may change weight decay;
         # a damaged setting in the checkpoint's metadata must not), its state from the file;
         # they include lr, the tensor the schedule updates in place
@@ -538,9 +545,19 @@ class Trainer:
         finally:
             self.close()
 
+    def train_seconds(self) -> float | None:
+        """Wall seconds of training behind the current state, from step 0: those recorded
+        in the checkpoint it resumed from plus this process's (its share in a seed group),
+        evaluations and checkpoints included; None where the checkpoint recorded none."""
+        if self.seconds_before is None or self.training_since is None:
+            return self.seconds_before
+        elapsed = time.monotonic() - self.training_since
+        return self.seconds_before + self.seconds_share * elapsed
+
     def _train(self) -> list[dict[str, Any]]:
         cfg = self.train_cfg
         self.model.train()
+        self.training_since = time.monotonic()
         last_records: list[dict[str, Any]] = []
         first_bad = torch.full((), NO_BAD_STEP, dtype=torch.long, device=self.device)
         running, count = torch.zeros((), device=self.device), 0
@@ -654,6 +671,7 @@ class Trainer:
             self.optimizer,
             rng,
             self.train_cfg.keep_checkpoints,
+            self.train_seconds(),
         )
         return records
 

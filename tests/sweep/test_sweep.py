@@ -105,7 +105,7 @@ def test_a_sweep_on_local_ray_runs_skips_and_reports(tmp_path, capsys) -> None:
     # progress while it runs, the metrics once, in the closing table under its headline:
     # fuzzy logic's held-out combinations (the paper's OOD), not the never-seen terms
     row = next(line for line in printed.splitlines() if line.startswith("attention=hyla,seed=1 "))
-    assert re.search(r"done\s+20\s+\d+\s+test r2 -?\d+\.\d{3}$", row), row
+    assert re.search(r"done\s+20\s+\d+\.\d\s+test r2 -?\d+\.\d{3}$", row), row
     lines = printed.splitlines()
     assert sum("attention=hyla,seed=1" in line and "r2" in line for line in lines) == 1
     assert "[" in next(line for line in lines if line.endswith("attention=hyla,seed=1: done"))
@@ -128,7 +128,8 @@ def test_a_sweep_on_local_ray_runs_skips_and_reports(tmp_path, capsys) -> None:
     assert status[0].split() == ["cell", "state", "step", "train", "s", "headline"]
     row = next(line for line in status if line.startswith("attention=hyla,seed=0 "))
     assert row.split()[1:3] == ["done", "20"] and row.split()[4] == "test"
-    assert float(row.split()[3]) > 0 and row.endswith("(found finished)")
+    seconds = json.loads((out / "sweep.json").read_text())["cells"]["attention=hyla,seed=0"]
+    assert row.split()[3] == f"{seconds['seconds']:.1f}" and row.endswith("(found finished)")
 
 
 def test_a_crashed_cell_does_not_stop_the_others(tmp_path, capsys) -> None:
@@ -313,6 +314,9 @@ def test_a_time_budget_pauses_the_cells_and_the_same_command_finishes_them(
     assert "2 cells: 2 done" in capsys.readouterr().out
     states = json.loads((out / "sweep.json").read_text())["cells"]
     assert all(s["state"] == "done" and s["seconds"] > 0 for s in states.values())
+    # each cell's time is its run's own record (every slice's, from step 0)
+    for name, state in states.items():
+        assert state["seconds"] == round(RunDirectory(out / name).train_seconds(), 1)
     assert main(["sweep", str(spec), "--out", str(out), "--num-cpus", "2", "--time-budget",
                  "0"]) == 2  # fmt: skip
     assert "time_budget=0.0 is invalid" in capsys.readouterr().err

@@ -425,3 +425,43 @@ def test_a_checkpoints_bytes_do_not_depend_on_the_metadata_order(tmp_path) -> No
     }
     with safe_open(str(path), framework="pt") as opened:
         assert opened.metadata() == metadata
+
+
+def test_a_run_records_its_training_time_across_slices(tmp_path, monkeypatch) -> None:
+    """Each checkpoint records the wall seconds of training behind it, from step 0: a run
+    trained in slices adds them up (a sweep reports a run's time from it); resumed from a
+    checkpoint without the record, the time is unknown, never restarted from 0."""
+    from latentlens.training import SeedGroup
+    from latentlens.training.checkpoint import _seconds
+
+    config = tiny_config(steps=200)
+    spent, recorded = 0.0, []
+    trainer = Trainer.create(tmp_path / "run", config, quiet=True, time_budget=0.3)
+    for _ in range(30):
+        start = time.monotonic()
+        trainer.train()
+        spent += time.monotonic() - start
+        recorded.append(RunDirectory(tmp_path / "run").train_seconds())
+        if trainer.stopped_at is None:
+            break
+        trainer = Trainer.resume(tmp_path / "run", quiet=True, time_budget=0.3)
+    assert len(recorded) >= 2, "the budget never stopped the run: nothing was sliced"
+    assert all(a < b for a, b in zip(recorded, recorded[1:], strict=False)), recorded
+    assert 0 < recorded[-1] <= spent
+    # a checkpoint without the record (an older latentlens): unknown from then on
+    monkeypatch.setattr(Trainer, "train_seconds", lambda self: None)
+    Trainer.create(tmp_path / "old", tiny_config(steps=40), quiet=True, time_budget=0.3).train()
+    monkeypatch.undo()
+    assert RunDirectory(tmp_path / "old").train_seconds() is None
+    Trainer.resume(tmp_path / "old", quiet=True).train()
+    assert RunDirectory(tmp_path / "old").train_seconds() is None
+    # a seed group's runs each record their share of its time
+    runs = [tmp_path / "group-s0", tmp_path / "group-s1"]
+    configs = [tiny_config(steps=40, seed=seed) for seed in (0, 1)]
+    start = time.monotonic()
+    SeedGroup.create(runs, configs, quiet=True).train(quiet=True)
+    wall = time.monotonic() - start
+    shares = [RunDirectory(run).train_seconds() for run in runs]
+    assert all(0 < share <= wall / 2 for share in shares), (shares, wall)
+    for damaged in ("nan", "-1", "soon", None):
+        assert _seconds(damaged) is None
