@@ -379,3 +379,11 @@ def test_reproduce_reads_the_seconds_a_sweep_recorded(reproduce, tmp_path) -> No
     assert recorded_seconds(tmp_path) == {"fuzzy-logic-a1/hyla-s0": 2900.5}
     (tmp_path / TIMINGS).write_text(json.dumps({"fuzzy-logic-a1/hyla-s0": 10.0, "x/y": 1.0}))
     assert recorded_seconds(tmp_path) == {"fuzzy-logic-a1/hyla-s0": 10.0, "x/y": 1.0}
+
+
+def test_the_a1_section_says_how_its_runs_were_trained(reproduce, tmp_path) -> None:
+    from reproduction.fuzzy_logic_a1_section import how_trained
+
+    assert how_trained(tmp_path) == "trained as one seed group per variant"
+    (tmp_path / "sweep.json").write_text('{"cells": {}}')  # latentlens sweep trained them
+    assert how_trained(tmp_path) == "per variant, each run trained alone by `latentlens sweep`"

@@ -13,6 +13,7 @@ from typing import Any
 
 from latentlens.figures import metric_curves, save_figure
 from latentlens.figures.training import metric_curve
+from latentlens.sweep.run import STATUS_FILE
 from latentlens.training import RunDirectory, TrainConfig, Trainer, model_for_task
 from reproduction.fuzzy_logic_section import PAPER_TABLE_A1, VARIANTS, final_r2, task_config
 from reproduction.runs import (
@@ -74,8 +75,8 @@ def report(out: Path, size: str, seeds: int, device: str, figures: Path) -> str:
         f"## {TITLE}",
         "",
         f"T = {SEQ_LEN}, frac_test {FRAC_TEST} (split_seed {task()['split_seed']}), {steps:,} "
-        f"steps, {seeds} seed(s) trained as one seed group per variant. test = held-out "
-        "combinations of seen terms (the paper's OOD), ood = never-seen terms.",
+        f"steps, {seeds} seed(s) {how_trained(out)}. test = held-out combinations of seen "
+        "terms (the paper's OOD), ood = never-seen terms.",
         "",
         "| attention | test R² | paper Table A1 | ood R² |",
         "|---|---|---|---|",
@@ -96,6 +97,15 @@ def report(out: Path, size: str, seeds: int, device: str, figures: Path) -> str:
                 figures / "fuzzy-logic-a1-curves", ("png",))  # fmt: skip
     lines += ["", f"![R² over training, seed 0]({figures.name}/fuzzy-logic-a1-curves.png)"]
     return "\n".join(lines)
+
+
+def how_trained(out: Path) -> str:
+    """How the section's runs were trained: by `latentlens sweep` (benchmarks/sweeps/
+    fuzzy-logic-a1.yaml, which leaves its sweep.json in the folder), each run alone, or by
+    reproduce.py, one seed group per variant."""
+    if (out / STATUS_FILE).is_file():
+        return "per variant, each run trained alone by `latentlens sweep`"
+    return "trained as one seed group per variant"
 
 
 # Runs of this section's configs trained again eagerly (without --compile and
