@@ -387,3 +387,43 @@ def test_the_a1_section_says_how_its_runs_were_trained(reproduce, tmp_path) -> N
     assert how_trained(tmp_path) == "trained as one seed group per variant"
     (tmp_path / "sweep.json").write_text('{"cells": {}}')  # latentlens sweep trained them
     assert how_trained(tmp_path) == "per variant, each run trained alone by `latentlens sweep`"
+
+
+def test_a_sections_runs_trained_by_a_sweep_are_probed_and_reported_not_retrained(
+    reproduce, tmp_path: Path
+) -> None:
+    """The path of Table A1's CPU runs: `latentlens sweep` trains the section's configs
+    into its folder (as benchmarks/sweeps/fuzzy-logic-a1.yaml does at paper size), then
+    reproduce.py finds them finished, probes them and reports each run's training time as
+    the run recorded it; the probes' time is no training time."""
+    from reproduction import fuzzy_logic_a1_section as a1
+    from reproduction.fuzzy_logic_section import VARIANTS
+
+    from latentlens.sweep import SweepSpec, run_sweep
+    from latentlens.training import RunDirectory
+
+    size = a1.SIZES["tiny"]
+    spec = SweepSpec.from_dict({
+        "task": "fuzzy-logic",
+        "base": {"task": a1.task(), "model": size["model"], "train": size["train"]},
+        "axes": {"model.attention": list(VARIANTS), "train.seed": [0]},
+        "name": "{attention}-s{seed}",
+    })  # fmt: skip
+    out = tmp_path / "runs"
+    states = run_sweep(spec, out / "fuzzy-logic-a1", num_cpus=2)
+    assert [state["state"] for state in states.values()] == ["done"] * 3
+    metrics = {v: (out / "fuzzy-logic-a1" / f"{v}-s0" / "metrics.jsonl").read_text()
+               for v in VARIANTS}  # fmt: skip
+    results = tmp_path / "RESULTS.md"
+    args = ["--size", "tiny", "--seeds", "1", "--device", "cpu", "--jobs", "1",
+            "--only", "fuzzy-logic-a1", "--out", str(out), "--results", str(results)]  # fmt: skip
+    assert reproduce.main(args) == 0
+    for variant in VARIANTS:  # not trained again
+        run = out / "fuzzy-logic-a1" / f"{variant}-s0"
+        assert (run / "metrics.jsonl").read_text() == metrics[variant]
+        assert (run / "probes" / "results.json").is_file()
+    assert not (out / "timings.json").exists()  # probing recorded no training time
+    text = results.read_text()
+    assert "each run trained alone by `latentlens sweep`" in text
+    seconds = RunDirectory(out / "fuzzy-logic-a1" / "hyla-s0").train_seconds()
+    assert f"| {round(seconds, 1):.0f} |" in table_row(text, "HYLA s0")

@@ -109,7 +109,8 @@ def fast_path(config: dict[str, Any], cuda: bool) -> bool:
 def train_one(spec: RunSpec, runtime: Runtime) -> tuple[str, float | None]:
     """Train (and probe) ``spec`` within the time budget: its fate and the seconds it took."""
     spec = with_threads(spec, runtime)
-    if finished(spec) and (not spec.probe_examples or _probed(spec)):
+    found = finished(spec)  # trained before (by this script or a sweep): only probed here
+    if found and (not spec.probe_examples or _probed(spec)):
         return FOUND, None
     budget = None if runtime.deadline is None else runtime.deadline - time.time()
     if budget is not None and budget < MINIMUM_SLICE:
@@ -117,22 +118,25 @@ def train_one(spec: RunSpec, runtime: Runtime) -> tuple[str, float | None]:
     torch.set_num_threads(runtime.threads)
     start = time.perf_counter()
     cuda = resolve_device(runtime.device).type == "cuda"
-    train_or_resume(
-        spec.path,
-        spec.config,
-        tracking_callbacks(spec.config),
-        init_from=spec.init_from,
-        device=runtime.device,
-        quiet=True,
-        # the SVD of modular-icl's teacher norm syncs with the host: it cannot be captured
-        cuda_graphs=fast_path(spec.config, cuda) and spec.config["task"]["name"] != "modular-icl",
-        time_budget=budget,
-    )
+    if not found:
+        train_or_resume(
+            spec.path,
+            spec.config,
+            tracking_callbacks(spec.config),
+            init_from=spec.init_from,
+            device=runtime.device,
+            quiet=True,
+            # the SVD of modular-icl's teacher norm syncs with the host: it cannot be captured
+            cuda_graphs=fast_path(spec.config, cuda)
+            and spec.config["task"]["name"] != "modular-icl",
+            time_budget=budget,
+        )
+    seconds = time.perf_counter() - start
     if not finished(spec):
-        return UNFINISHED, time.perf_counter() - start
+        return UNFINISHED, seconds
     if spec.probe_examples:
         probe_run(spec.path, spec.probe_examples, device=runtime.device, quiet=True)
-    return TRAINED, time.perf_counter() - start
+    return (FOUND, None) if found else (TRAINED, seconds)
 
 
 def train_unit(specs: list[RunSpec], runtime: Runtime) -> list[tuple[str, float | None]]:
@@ -141,7 +145,8 @@ def train_unit(specs: list[RunSpec], runtime: Runtime) -> list[tuple[str, float 
     if len(specs) == 1:
         return [train_one(specs[0], runtime)]
     specs = [with_threads(spec, runtime) for spec in specs]
-    if all(finished(s) and (not s.probe_examples or _probed(s)) for s in specs):
+    found = all(finished(s) for s in specs)  # trained before: only probed here
+    if found and all(not s.probe_examples or _probed(s) for s in specs):
         return [(FOUND, None)] * len(specs)
     budget = None if runtime.deadline is None else runtime.deadline - time.time()
     if budget is not None and budget < MINIMUM_SLICE:
@@ -150,23 +155,24 @@ def train_unit(specs: list[RunSpec], runtime: Runtime) -> list[tuple[str, float 
     start = time.perf_counter()
     cuda = resolve_device(runtime.device).type == "cuda"
     graphable = specs[0].config["task"]["name"] != "modular-icl"  # see train_one
-    train_group_or_resume(
-        [s.path for s in specs],
-        [s.config for s in specs],
-        [tracking_callbacks(s.config) for s in specs],
-        compile=fast_path(specs[0].config, cuda),
-        cuda_graphs=fast_path(specs[0].config, cuda) and graphable,
-        device=runtime.device,
-        quiet=True,
-        time_budget=budget,
-    )
+    if not found:
+        train_group_or_resume(
+            [s.path for s in specs],
+            [s.config for s in specs],
+            [tracking_callbacks(s.config) for s in specs],
+            compile=fast_path(specs[0].config, cuda),
+            cuda_graphs=fast_path(specs[0].config, cuda) and graphable,
+            device=runtime.device,
+            quiet=True,
+            time_budget=budget,
+        )
     share = (time.perf_counter() - start) / len(specs)
     if not all(finished(s) for s in specs):
         return [(UNFINISHED, share)] * len(specs)
     for spec in specs:
         if spec.probe_examples and not _probed(spec):
             probe_run(spec.path, spec.probe_examples, device=runtime.device, quiet=True)
-    return [(TRAINED, (time.perf_counter() - start) / len(specs))] * len(specs)
+    return [(FOUND, None) if found else (TRAINED, share)] * len(specs)
 
 
 def units_of(specs: Sequence[RunSpec]) -> list[list[RunSpec]]:
