@@ -327,8 +327,10 @@ def _state_of(cell: Cell, result: dict[str, Any], before: dict[str, Any]) -> dic
     call's added to those of earlier calls."""
     if result.get("run_seconds") is not None:
         seconds = round(result["run_seconds"], 1)
-    else:
+    elif "seconds" in before or result["metrics"]:
         seconds = round(before.get("seconds", 0.0) + result["seconds"], 1)
+    else:  # not started yet: no time to tell
+        return {"state": "paused"}
     if not result["finished"]:
         return {"state": "paused", "seconds": seconds}
     metric = headline(result["metrics"], cell.config["task"]["name"])
