@@ -31,7 +31,7 @@ import torch
 from latentlens.devices import resolve_device
 from latentlens.probes import tracking_callbacks
 from latentlens.probes.run import probe_run
-from latentlens.sweep.run import STATUS_FILE, ray_map
+from latentlens.sweep.run import STATUS_FILE, ray_map, sweep_states
 from latentlens.threads import available_cpus, run_threads
 from latentlens.training import (
     RunDirectory,
@@ -232,10 +232,9 @@ def recorded_seconds(out: Path) -> dict[str, float]:
     trained into a section's folder, its ``sweep.json``'s (``SECTION/CELL``)."""
     found: dict[str, float] = {}
     for status in sorted(out.glob(f"*/{STATUS_FILE}")):
-        cells = json.loads(status.read_text()).get("cells", {})
         found |= {f"{status.parent.name}/{name}": float(cell["seconds"])
-                  for name, cell in cells.items()
-                  if cell.get("state") == "done" and "seconds" in cell}  # fmt: skip
+                  for name, cell in sweep_states(status.parent).items()
+                  if cell["state"] == "done" and "seconds" in cell}  # fmt: skip
     timings = out / TIMINGS
     return found | (json.loads(timings.read_text()) if timings.is_file() else {})
 

@@ -233,7 +233,7 @@ def run_sweep(
     ray = require_ray()
     out = Path(out)
     cells = spec.cells(max_cells)  # every config resolved before anything starts
-    seconds = {name: state["seconds"] for name, state in _earlier_states(out).items()
+    seconds = {name: state["seconds"] for name, state in sweep_states(out).items()
                if isinstance(state.get("seconds"), (int, float))}  # fmt: skip
     states: dict[str, dict[str, Any]] = {}
     pending: list[Cell] = []
@@ -337,7 +337,8 @@ def _state_of(cell: Cell, result: dict[str, Any], before: dict[str, Any]) -> dic
     return {"state": "done", "metric": metric, "seconds": seconds}
 
 
-def _earlier_states(out: Path) -> dict[str, dict[str, Any]]:
-    """The cells' states an earlier call left in ``out`` (none where it left no file)."""
+def sweep_states(out: Path) -> dict[str, dict[str, Any]]:
+    """The cells' states a sweep left in ``out``'s ``sweep.json``, checked (none where it
+    left no file)."""
     path = out / STATUS_FILE
     return _read_states(path) if path.is_file() else {}
