@@ -53,12 +53,12 @@ from reproduction import (  # noqa: E402
     translation_section,
 )
 from reproduction.runs import (  # noqa: E402
-    TRAINED_ON,
     code_commit,
     default_jobs,
     finished,
     recorded_seconds,
     train_all,
+    trained_on,
     units_of,
 )
 
@@ -148,15 +148,15 @@ def main(argv: list[str] | None = None) -> int:
         text = modules[name].report(out / name, args.size, args.seeds, args.device, figures)
         own = [s for s in specs[name] if s.path.is_relative_to(out / name)]
         run_s = sum(timings.get(str(s.path.relative_to(out)), 0.0) for s in own)
-        trained_on = out / name / TRAINED_ON  # written by the trainer of another machine
-        if trained_on.is_file():
-            where = trained_on.read_text().strip()
-        else:  # trained here, by this code
+        # written where the runs were trained; their files' dates are those of a copy
+        where, dates = trained_on(out / name), ""
+        if not where:  # trained here, by this code
             where = f"{this_machine(args.device, own)}. Code: commit {code_commit()}"
+            dates = trained_between(own)
         title, _, body = text.partition("\n")
         provenance = (
             f"*Made by `{command}` on {datetime.date.today().isoformat()}: {len(own)} runs"
-            f"{trained_between(own)}, {run_s / 60:.1f} minutes of training summed over runs; "
+            f"{dates}, {run_s / 60:.1f} minutes of training summed over runs; "
             f"analysis {(time.perf_counter() - section_start) / 60:.1f} minutes. Trained on "
             f"{where.rstrip('.')}.*"
         )

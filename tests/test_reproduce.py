@@ -220,6 +220,11 @@ def test_every_gpu_section_dry_runs_in_seed_groups(reproduce, tmp_path: Path, ca
     # the ablations beside the full variants trained in the same folder
     assert table_row(text, "HYLA − both s1").count("|") == 10
     assert "| linear (fuzzy-logic-a1) |" in text and "HYLA − (HYLA − nonlinearity) " in text
+    # full variants trained on another machine than the ablations are labelled with it
+    (out / "fuzzy-logic-a1" / "TRAINED_ON.txt").write_text("NVIDIA H100, torch 2.11. Code: x\n")
+    ablations = reproduce.SECTIONS["fuzzy-logic-a1-ablations"]
+    again = ablations.report(out / "fuzzy-logic-a1-ablations", "tiny", 2, "cpu", tmp_path)
+    assert "| linear (fuzzy-logic-a1, NVIDIA H100) |" in again
     for figure in ("sraven-main-codes-hyla", "fuzzy-logic-a1-curves", "hyperteacher-plus-r2"):
         assert (results.parent / "figures" / f"{figure}.png").stat().st_size > 1_000
 
@@ -285,6 +290,8 @@ def test_gpu_sections_trains_every_group_at_once_and_names_the_machine(
                                for s in (0, 1)]  # fmt: skip
     text = (out / "results-fuzzy-logic-a1" / "RESULTS.md").read_text()
     assert "Trained on CPU, torch " in text and "by benchmarks/gpu_sections.py" in text
+    # the date is the TRAINED_ON line's: the files' dates would be those of a copy
+    assert "2 runs trained" not in text and ": 6 runs, " in text
 
 
 def test_only_checked_attentions_take_the_cuda_fast_path(reproduce) -> None:

@@ -24,7 +24,7 @@ from reproduction.fuzzy_logic_a1_section import (
 from reproduction.fuzzy_logic_a1_section import plan as a1_plan
 from reproduction.fuzzy_logic_section import VARIANTS as FULL
 from reproduction.fuzzy_logic_section import final_r2
-from reproduction.runs import RunSpec, mean_std
+from reproduction.runs import RunSpec, mean_std, trained_on
 
 TITLE = "HYLA's ablations at Table A1's fuzzy-logic setting"
 # Table A1's ablation rows (docs/methods/attention.md, the table of named variants)
@@ -78,8 +78,11 @@ def report(out: Path, size: str, seeds: int, device: str, figures: Path) -> str:
     ]
     rows = {**results, **full}
     labels = {**VARIANTS, **FULL}
+    # the full variants' runs may come from another machine than the fuzzy-logic-a1 section's
+    machine = trained_on(out.parent / FULL_SECTION).split(",")[0]
+    full_source = f" ({FULL_SECTION}{', ' + machine if machine else ''})"
     for variant, runs in rows.items():
-        source = "" if variant in VARIANTS else f" ({FULL_SECTION})"
+        source = "" if variant in VARIANTS else full_source
         lines.append(
             f"| {labels[variant]}{source} | {mean_std([r['test'] for r in runs])} | "
             f"{mean_std([r['ood'] for r in runs])} |"

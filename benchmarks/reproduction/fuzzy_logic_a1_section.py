@@ -17,11 +17,11 @@ from latentlens.sweep.run import STATUS_FILE
 from latentlens.training import RunDirectory, TrainConfig, Trainer, model_for_task
 from reproduction.fuzzy_logic_section import PAPER_TABLE_A1, VARIANTS, final_r2, task_config
 from reproduction.runs import (
-    TRAINED_ON,
     RunSpec,
     difference_interval,
     mean_std,
     recorded_seconds,
+    trained_on,
 )
 from reproduction.sraven_section import read_probes
 
@@ -158,7 +158,7 @@ def elsewhere_lines(out: Path, seeds: int) -> list[str]:
     runs = [f"{variant}-s{seed}" for variant in VARIANTS for seed in range(seeds)]
     if not all((there / run / "metrics.jsonl").is_file() for run in runs):
         return []
-    where = (there / TRAINED_ON).read_text().strip() if (there / TRAINED_ON).is_file() else ""
+    where = trained_on(there)
     lines = [
         "",
         "The same configs trained elsewhere"

@@ -47,6 +47,12 @@ TIMINGS = "timings.json"
 TRAINED_ON = "TRAINED_ON.txt"
 
 
+def trained_on(folder: Path) -> str:
+    """The folder's TRAINED_ON.txt line, or "" where it has none."""
+    path = folder / TRAINED_ON
+    return path.read_text().strip() if path.is_file() else ""
+
+
 @dataclass(frozen=True)
 class RunSpec:
     """One training run: where it lives, its resolved config (``Trainer.resolve_config``),
