@@ -5,6 +5,8 @@ ones resumed from their checkpoints, a crashed cell is reported without stopping
 others, and a worker that dies is retried once (resuming from its checkpoint).
 With a time budget every cell checkpoints and stops by the same deadline (the driver's
 clock at the start plus the budget), and is left ``paused`` for the next call.
+Cells with the most steps left go to Ray first, so that a resumed sweep's workers end
+together.
 ``OUT/sweep.json`` holds every cell's state and its training seconds (the slices of
 several calls added up), which ``latentlens sweep --status`` reads.
 """
@@ -122,11 +124,25 @@ def seed_groups(cells: Sequence[Cell]) -> list[list[Cell]]:
     return list(groups.values())
 
 
-def cell_finished(path: Path, config: dict[str, Any]) -> bool:
+def steps_left(path: Path, config: dict[str, Any]) -> int:
+    """The training steps a cell has left past its newest checkpoint (all where none)."""
     from latentlens.training import RunDirectory, list_checkpoints
 
     found = list_checkpoints(RunDirectory(path).checkpoints)
-    return bool(found) and found[-1][0] >= config["train"]["steps"]
+    return config["train"]["steps"] - (found[-1][0] if found else 0)
+
+
+def cell_finished(path: Path, config: dict[str, Any]) -> bool:
+    return steps_left(path, config) <= 0
+
+
+def most_steps_left_first(units: list[list[Cell]], out: Path) -> list[list[Cell]]:
+    """Ray's tasks (a cell, or a seed group) with the most training steps left first, the
+    grid's order among equals: a sweep resumed after a time budget starts its unstarted
+    cells before it finishes the nearly done ones, so that its workers end together rather
+    than one long cell running alone at the end (longest job first)."""
+    left = [max(steps_left(out / c.name, c.config) for c in unit) for unit in units]
+    return [unit for _, unit in sorted(zip(left, units, strict=True), key=lambda p: -p[0])]
 
 
 def write_status(out: Path, states: dict[str, dict[str, Any]]) -> None:
@@ -256,7 +272,8 @@ def run_sweep(
         resources = {"num_gpus": 1} if device.startswith("cuda") else {"num_cpus": 1}
         group = ray.remote(max_retries=1, **resources)(train_group)
         refs: dict[Any, list[Cell]] = {}
-        for cells_of in seed_groups(pending) if group_seeds else [[c] for c in pending]:
+        units = seed_groups(pending) if group_seeds else [[c] for c in pending]
+        for cells_of in most_steps_left_first(units, out):
             paths = [str((out / c.name).resolve()) for c in cells_of]
             configs = [c.config for c in cells_of]
             refs[group.remote(paths, configs, device, deadline)] = cells_of

@@ -348,6 +348,37 @@ def test_a_cell_stops_by_the_deadline_checkpointed_and_resumes_bit_equal(
     assert RunDirectory(cell).read_metrics() == RunDirectory(whole).read_metrics()
 
 
+def test_the_cells_with_most_steps_left_are_handed_to_ray_first(tmp_path) -> None:
+    # a sweep resumed after its time budget: seed 0 half trained, seed 3 nearly done
+    from latentlens.sweep.run import most_steps_left_first, seed_groups
+
+    axes = {"model.attention": ["softmax", "hyla"], "train.seed": [0, 1, 2, 3]}
+    cells = SweepSpec.read(write_spec(tmp_path / "s.json", axes)).cells()
+    out = tmp_path / "sweep"
+
+    def checkpoint(name: str, step: int) -> None:  # its name is all the order reads
+        (out / name / "checkpoints").mkdir(parents=True, exist_ok=True)
+        (out / name / "checkpoints" / f"step_{step:08d}.safetensors").touch()
+
+    for name, step in (("attention=softmax,seed=0", 10), ("attention=softmax,seed=3", 18),
+                       ("attention=softmax,seed=3", 10)):  # fmt: skip
+        checkpoint(name, step)
+    order = [unit[0].name for unit in most_steps_left_first([[c] for c in cells], out)]
+    assert order == [  # 20 steps left each in the grid's order, then 10, then 2
+        "attention=softmax,seed=1", "attention=softmax,seed=2", "attention=hyla,seed=0",
+        "attention=hyla,seed=1", "attention=hyla,seed=2", "attention=hyla,seed=3",
+        "attention=softmax,seed=0", "attention=softmax,seed=3",
+    ]  # fmt: skip
+    # a seed group counts its member with the most left: softmax's 20 (seeds 1, 2) ties
+    # hyla's, then 10 after seeds 1 and 2 are trained that far
+    groups = [group[0].name for group in most_steps_left_first(seed_groups(cells), out)]
+    assert groups == ["attention=softmax,seed=0", "attention=hyla,seed=0"]
+    for seed in (1, 2):
+        checkpoint(f"attention=softmax,seed={seed}", 10)
+    groups = [group[0].name for group in most_steps_left_first(seed_groups(cells), out)]
+    assert groups == ["attention=hyla,seed=0", "attention=softmax,seed=0"]
+
+
 def test_a_name_template_names_the_cells_folders(tmp_path) -> None:
     axes = {"model.attention": ["softmax", "hyla"], "train.seed": [0, 1]}
     spec = SweepSpec.from_dict({"task": "fuzzy-logic", "base": BASE, "axes": axes,
