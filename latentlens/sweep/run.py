@@ -8,7 +8,8 @@ clock at the start plus the budget), and is left ``paused`` for the next call.
 Cells with the most steps left go to Ray first, so that a resumed sweep's workers end
 together.
 ``OUT/sweep.json`` holds every cell's state and its training seconds (the slices of
-several calls added up), which ``latentlens sweep --status`` reads.
+several calls added up), which ``latentlens sweep --status`` reads, beside the locks: the
+driver holds the sweep folder's while it runs, each cell's trainer its run's.
 """
 
 from __future__ import annotations
@@ -17,12 +18,14 @@ import json
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from latentlens.sweep.reaper import ray_instance
 from latentlens.sweep.spec import MAX_CELLS, Cell, SweepSpec
 from latentlens.training.checkpoint import atomic_write_bytes
+from latentlens.training.run_lock import RunLock, RunLocked, being_written
 
 STATUS_FILE = "sweep.json"
 PROGRESS_EVERY = 30.0  # seconds between lines about the running cells
@@ -193,8 +196,11 @@ def status_lines(out: Path) -> list[str]:
     if not path.is_file():
         raise ValueError(f"{out} holds no sweep ({STATUS_FILE}); start one with latentlens sweep")
     states = _read_states(path)
+    sweeping = being_written(out)
     rows = [("cell", "state", "step", "train s", "headline")]
     for name, state in states.items():
+        state = {**state, "state": live_state(out, name, state["state"], sweeping)}
+        states[name] = state
         step = live_step(out, name)
         shown = state.get("error") or state.get("metric") or ""
         seconds = state.get("seconds")
@@ -206,7 +212,27 @@ def status_lines(out: Path) -> list[str]:
     counts = {s: sum(v["state"] == s for v in states.values()) for s in ("done", "failed")}
     lines.append(f"{len(states)} cells: {counts['done']} done, {counts['failed']} failed, "
                  f"{len(states) - sum(counts.values())} not finished")  # fmt: skip
+    if any(state["state"] == STOPPED for state in states.values()):
+        lines.append(f"no sweep is running in {out}: the command that started it continues "
+                     "the stopped cells from their checkpoints")  # fmt: skip
     return lines
+
+
+# a cell recorded running or queued by a sweep that is no longer running (killed, or its
+# machine restarted): what the driver wrote last is not what is happening
+STOPPED = "stopped"
+
+
+def live_state(out: Path, name: str, recorded: str, sweeping: bool | None) -> str:
+    """A cell's state as it is now: ``running`` while a process holds its run's lock,
+    ``queued`` while the sweep's driver holds the sweep's lock, ``stopped`` where neither
+    does; ``recorded`` (sweep.json's) for the cells a sweep ended, and where the kernel's
+    table of locks cannot be read (``sweeping`` None)."""
+    if recorded not in ("running", "queued") or sweeping is None:
+        return recorded
+    if being_written(out / name):
+        return "running"
+    return "queued" if sweeping else STOPPED
 
 
 def headline(metrics: dict[str, dict[str, float]], task: str) -> str:
@@ -249,6 +275,42 @@ def run_sweep(
     ray = require_ray()
     out = Path(out)
     cells = spec.cells(max_cells)  # every config resolved before anything starts
+    with sweep_lock(out):
+        return _sweep_cells(cells, out, ray, address, device, num_cpus, group_seeds, deadline)
+
+
+@contextmanager
+def sweep_lock(out: Path) -> Iterator[None]:
+    """Hold the sweep folder's lock (a run directory's: the kernel drops it when the driver
+    dies, however it dies) while the sweep runs: a second sweep into ``out`` is refused in
+    one line, and ``--status`` tells a running sweep from an interrupted one by it."""
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out} is a file; choose a folder for the sweep")
+    lock = RunLock(out)
+    try:
+        lock.acquire()
+    except RunLocked:
+        raise RunLocked(
+            f"{out} is being swept by {lock.holder()}; wait for that sweep, or follow it with "
+            f"`latentlens sweep --status {out}`"
+        ) from None
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def _sweep_cells(
+    cells: list[Cell],
+    out: Path,
+    ray: Any,
+    address: str | None,
+    device: str,
+    num_cpus: int | None,
+    group_seeds: bool,
+    deadline: float | None,
+) -> dict[str, dict[str, Any]]:
+    """Train the unfinished ``cells`` on Ray (``run_sweep``'s work, under the sweep's lock)."""
     seconds = {name: state["seconds"] for name, state in sweep_states(out).items()
                if isinstance(state.get("seconds"), (int, float))}  # fmt: skip
     states: dict[str, dict[str, Any]] = {}
@@ -323,8 +385,6 @@ def _mark_running(
     queued otherwise (Ray runs as many as it has cores), in ``states`` and ``sweep.json``;
     ``"cell step N"`` of each running one. Where the kernel's table of locks cannot be read
     (not Linux), a cell whose run has begun counts as running."""
-    from latentlens.training.run_lock import being_written
-
     running = []
     for cell in (cell for cells_of in waiting for cell in cells_of):
         writing = being_written(out / cell.name)

@@ -148,6 +148,9 @@ def test_bad_sweep_input_is_one_line(tmp_path, capsys) -> None:
     assert "holds no sweep" in capsys.readouterr().err
     broken = tmp_path / "s.yaml"
     broken.write_text("task: [unclosed")
+    spec = write_spec(tmp_path / "one.json", {"train.seed": [0]})
+    assert main(["sweep", str(spec), "--out", str(broken)]) == 2
+    assert f"--out {broken} is a file; choose a folder for the sweep" in capsys.readouterr().err
     assert main(["sweep", str(broken)]) == 2
     assert "is not valid yaml" in capsys.readouterr().err
     # spec shapes that once ended in "unexpected error": each names the file and the key
@@ -428,6 +431,43 @@ def test_without_an_address_the_instance_is_a_new_local_one(monkeypatch) -> None
         pass
     assert [call.get("address") for call in ray.calls] == ["local", "10.0.0.1:6379", None]
     assert ray.calls[0]["num_cpus"] == 2
+
+
+def test_status_tells_a_running_sweep_from_an_interrupted_one(tmp_path, capsys) -> None:
+    """A driver killed with its machine leaves sweep.json saying "running": --status
+    reads the kernel's locks instead, the sweep folder's (held by the driver) and each
+    cell's run's (held by its trainer)."""
+    from latentlens.training.run_lock import RunLock
+
+    out = tmp_path / "sweep"
+    recorded = {"a": "running", "b": "queued", "c": "done", "d": "paused"}
+    for name in recorded:
+        (out / name).mkdir(parents=True)
+    (out / "sweep.json").write_text(
+        json.dumps({"cells": {name: {"state": state} for name, state in recorded.items()}})
+    )
+
+    def shown() -> tuple[list[str], str]:
+        assert main(["sweep", "--status", str(out)]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        return [line.split()[1] for line in lines[1:5]], lines[-1]
+
+    states, last = shown()  # nobody holds a lock: the driver is gone
+    assert states == ["stopped", "stopped", "done", "paused"]
+    assert last == (f"no sweep is running in {out}: the command that started it continues "
+                    "the stopped cells from their checkpoints")  # fmt: skip
+    with RunLock(out):  # the driver is alive; no trainer holds a's run (between slices)
+        assert shown() == (["queued", "queued", "done", "paused"],
+                           "4 cells: 1 done, 0 failed, 3 not finished")  # fmt: skip
+        with RunLock(out / "a"):
+            assert shown()[0] == ["running", "queued", "done", "paused"]
+        # a second sweep into the same folder is refused in one line, naming the first
+        spec = write_spec(tmp_path / "spec.json", {"train.seed": [0]})
+        assert main(["sweep", str(spec), "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert f"{out} is being swept by " in err and f"PID {os.getpid()}" in err, err
+        assert len(err.strip().splitlines()) == 1
+    assert json.loads((out / "sweep.json").read_text())["cells"]["a"] == {"state": "running"}
 
 
 def test_a_cell_counts_as_running_while_its_run_is_locked(tmp_path) -> None:
