@@ -144,8 +144,7 @@ def most_steps_left_first(units: list[list[Cell]], out: Path) -> list[list[Cell]
     grid's order among equals: a sweep resumed after a time budget starts its unstarted
     cells before it finishes the nearly done ones, so that its workers end together rather
     than one long cell running alone at the end (longest job first)."""
-    left = [max(steps_left(out / c.name, c.config) for c in unit) for unit in units]
-    return [unit for _, unit in sorted(zip(left, units, strict=True), key=lambda p: -p[0])]
+    return sorted(units, key=lambda unit: -max(steps_left(out / c.name, c.config) for c in unit))
 
 
 def write_status(out: Path, states: dict[str, dict[str, Any]]) -> None:
