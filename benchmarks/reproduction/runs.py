@@ -39,7 +39,7 @@ from latentlens.training import (
     train_group_or_resume,
     train_or_resume,
 )
-from latentlens.training.trainer import CUDA_FAST_PATH_CHECKED
+from latentlens.training.trainer import CUDA_COMPILE_CHECKED
 
 TIMINGS = "timings.json"
 # Where a section was trained, when not by the invocation that reports it (one line, in the
@@ -104,12 +104,13 @@ def with_threads(spec: RunSpec, runtime: Runtime) -> RunSpec:
     return replace(spec, config={**spec.config, "train": train})
 
 
-def fast_path(config: dict[str, Any], cuda: bool) -> bool:
-    """Whether a run trains with --compile / --cuda-graphs: on CUDA, for the attentions whose
-    fast path has been checked against eager training (CUDA_FAST_PATH_CHECKED; HYLA's
-    failed on 4-layer SRAVEN, benchmarks/results/h200_2026-11-26): the others train eagerly."""
+def compiles(config: dict[str, Any], cuda: bool) -> bool:
+    """Whether a run trains with --compile: on CUDA, for the attentions whose compiled
+    gradients are checked against eager ones (CUDA_COMPILE_CHECKED; HYLA's are wrong,
+    benchmarks/results/h200_2026-11-26). Every attention takes --cuda-graphs on CUDA
+    (graph replay runs the eager kernels)."""
     attention = config["model"].get("attention")
-    return cuda and (attention is None or attention in CUDA_FAST_PATH_CHECKED)
+    return cuda and (attention is None or attention in CUDA_COMPILE_CHECKED)
 
 
 def train_one(spec: RunSpec, runtime: Runtime) -> tuple[str, float | None]:
@@ -133,8 +134,7 @@ def train_one(spec: RunSpec, runtime: Runtime) -> tuple[str, float | None]:
             device=runtime.device,
             quiet=True,
             # the SVD of modular-icl's teacher norm syncs with the host: it cannot be captured
-            cuda_graphs=fast_path(spec.config, cuda)
-            and spec.config["task"]["name"] != "modular-icl",
+            cuda_graphs=cuda and spec.config["task"]["name"] != "modular-icl",
             time_budget=budget,
         )
     seconds = time.perf_counter() - start
@@ -166,8 +166,8 @@ def train_unit(specs: list[RunSpec], runtime: Runtime) -> list[tuple[str, float 
             [s.path for s in specs],
             [s.config for s in specs],
             [tracking_callbacks(s.config) for s in specs],
-            compile=fast_path(specs[0].config, cuda),
-            cuda_graphs=fast_path(specs[0].config, cuda) and graphable,
+            compile=compiles(specs[0].config, cuda),
+            cuda_graphs=cuda and graphable,
             device=runtime.device,
             quiet=True,
             time_budget=budget,

@@ -49,7 +49,6 @@ from latentlens.training.trainer import (
     Trainer,
     check_cuda_options,
     precision_scope,
-    warn_if_fast_path_unchecked,
 )
 
 
@@ -67,7 +66,8 @@ def check_group_options(
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         raise ValueError("several seeds train in one process: run them without torchrun")
     task_cls = TASKS[config["task"]["name"]][0]
-    check_cuda_options(resolve_device(device), task_cls, compile, cuda_graphs, distributed=False)
+    attention = config["model"].get("attention")
+    check_cuda_options(resolve_device(device), task_cls, compile, cuda_graphs, False, attention)
 
 
 def common_checkpoint(run_dirs: Sequence[str | Path]) -> int | None:
@@ -140,9 +140,8 @@ class SeedGroup:
         self.train_cfg: TrainConfig = first.train_cfg
         self.device = first.device
         self.step = first.step
-        check_cuda_options(self.device, first.task, compile, cuda_graphs, distributed=False)
         attention = first.config["model"].get("attention")
-        warn_if_fast_path_unchecked(self.device, attention, compile, cuda_graphs)
+        check_cuda_options(self.device, first.task, compile, cuda_graphs, False, attention)
         self.lr = torch.tensor(self.train_cfg.lr, device=self.device)
         models = [dict(t.model.named_parameters()) for t in trainers]
         self.params = {

@@ -6,7 +6,6 @@ run everywhere.
 
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
 
 import pytest
@@ -14,8 +13,10 @@ import torch
 from safetensors.torch import load_file
 
 from latentlens.models import TransformerConfig
+from latentlens.tasks.fuzzy_logic import FuzzyLogicTask
 from latentlens.training import TrainConfig, Trainer, model_for_task, precision_scope
-from latentlens.training.trainer import warn_if_fast_path_unchecked
+from latentlens.training.objective import TrainingObjective
+from latentlens.training.trainer import check_cuda_options, cpp_compiler
 from tests.training.test_trainer import learning_config, tiny_config
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -27,17 +28,20 @@ def test_cuda_only_options_are_refused_on_the_cpu(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("attention", ["hyla", "hyla_no_rms_head", "softmax_hyla"])
-def test_unchecked_attentions_on_the_cuda_fast_path_are_warned_of(attention: str) -> None:
+def test_compile_on_cuda_is_refused_for_unchecked_attentions(attention: str) -> None:
+    """Inductor's CUDA kernels give HYLA wrong gradients (test below): --compile on CUDA is
+    refused for every attention outside CUDA_COMPILE_CHECKED, with the working
+    alternative; CUDA graphs, eager training and inductor's C++ kernels are not."""
     cuda, cpu = torch.device("cuda"), torch.device("cpu")
-    for options in [(True, False), (False, True), (True, True)]:
-        with pytest.warns(UserWarning, match=f"{attention} attention on CUDA: HYLA trained"):
-            warn_if_fast_path_unchecked(cuda, attention, *options)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        warn_if_fast_path_unchecked(cuda, attention, False, False)  # eager
-        warn_if_fast_path_unchecked(cpu, attention, True, False)  # inductor's C++ kernels
-        for checked in ["softmax", "linear", None]:  # None: a model without the option
-            warn_if_fast_path_unchecked(cuda, checked, True, True)
+    for graphs in (False, True):
+        with pytest.raises(ValueError, match=f"--compile on CUDA .* with {attention} attention"):
+            check_cuda_options(cuda, FuzzyLogicTask, True, graphs, False, attention)
+    check_cuda_options(cuda, FuzzyLogicTask, False, True, False, attention)  # graph replay
+    check_cuda_options(cpu, FuzzyLogicTask, False, False, False, attention)  # eager
+    if cpp_compiler():
+        check_cuda_options(cpu, FuzzyLogicTask, True, False, False, attention)  # C++ kernels
+    for checked in ["softmax", "linear", None]:  # None: a model without the option
+        check_cuda_options(cuda, FuzzyLogicTask, True, True, False, checked)
 
 
 def train_steps(trainer: Trainer, steps: int) -> list[float]:
@@ -145,35 +149,52 @@ def test_translation_step_is_captured_and_modular_icl_is_refused(tmp_path: Path)
         Trainer.create(tmp_path / "icl", icl, device="cuda", cuda_graphs=True)
 
 
-@needs_cuda
-@pytest.mark.parametrize("task", ["sraven", "fuzzy-logic"])
-@pytest.mark.parametrize(
-    "options", [dict(cuda_graphs=True), dict(compile=True), dict(compile=True, cuda_graphs=True)]
-)
-def test_graphed_and_compiled_hyla_steps_follow_the_eager_ones(
-    tmp_path: Path, task: str, options: dict
-) -> None:
-    """HYLA at the task's reference size (SRAVEN: 4 layers of 16 heads; batch 128, no
-    dropout) takes the eager steps when graphed or compiled: the same losses over 40 steps
-    and the same weights after.
-
-    On the H200 lease of 2026-11-26 (benchmarks/results/h200_2026-11-26) every HYLA run
-    at SRAVEN's 4-layer setting trained with --compile --cuda-graphs (13 of 13) stayed at
-    or fell back to a uniform answer, while every eager one (6 of 6) learned. The existing
-    CUDA tests compare only softmax steps, so this pins which of the two paths departs from
-    the eager step, and where, when a GPU is next lent."""
-    config = Trainer.resolve_config(
+def hyla_config(task: str) -> dict:
+    """HYLA at the task's reference size (SRAVEN: 4 layers of 16 heads), batch 128, no
+    dropout."""
+    return Trainer.resolve_config(
         task,
         TransformerConfig.preset(task, attention="hyla", attention_dropout=0.0),
         TrainConfig.for_task(task, steps=100, warmup_steps=10),
     )
+
+
+@needs_cuda
+@pytest.mark.parametrize("task", ["sraven", "fuzzy-logic"])
+def test_graphed_hyla_steps_equal_the_eager_ones(tmp_path: Path, task: str) -> None:
+    """Graph replay runs the eager kernels: HYLA's graphed steps are the eager ones, the
+    same losses over 40 steps and the same weights after. (On the H200 of 2026-11-26 the
+    graphed and eager SRAVEN runs printed the same curves for 12,000 steps,
+    benchmarks/results/h200_2026-11-26/round3.)"""
+    config = hyla_config(task)
     eager = Trainer.create(tmp_path / "eager", config, device="cuda", quiet=True)
     eager_losses = train_steps(eager, 40)
-    fast = Trainer.create(tmp_path / "fast", config, device="cuda", quiet=True, **options)
-    fast_losses = train_steps(fast, 40)
-    # graph replay runs the eager kernels; inductor may fuse and reorder float sums
-    tolerance = dict(rtol=1e-3, atol=1e-4) if options.get("compile") else dict(rtol=1e-5, atol=1e-6)
-    torch.testing.assert_close(fast_losses, eager_losses, **tolerance)
-    fast_weights = fast.model.state_dict()
+    graphed = Trainer.create(tmp_path / "graphed", config, device="cuda", quiet=True,
+                             cuda_graphs=True)  # fmt: skip
+    torch.testing.assert_close(train_steps(graphed, 40), eager_losses, rtol=1e-5, atol=1e-6)
+    graphed_weights = graphed.model.state_dict()
     for name, weight in eager.model.state_dict().items():
-        torch.testing.assert_close(fast_weights[name], weight, **tolerance, msg=name)
+        torch.testing.assert_close(graphed_weights[name], weight, rtol=1e-5, atol=1e-6, msg=name)
+
+
+@needs_cuda
+@pytest.mark.xfail(
+    strict=True,
+    reason="inductor's CUDA kernels give HYLA wrong gradients (torch 2.11); when this "
+    "passes, add HYLA to CUDA_COMPILE_CHECKED",
+)
+def test_compiled_hyla_gradients_equal_the_eager_ones(tmp_path: Path) -> None:
+    """The compiled objective's gradients at SRAVEN's reference size are the eager ones to
+    float rounding, as softmax's and linear's are (~2e-6 relative). On the H200 of
+    2026-11-26 the losses were identical and the relative-position tables' gradients off
+    by factors of 2 to 15 (benchmarks/results/h200_2026-11-26/round3)."""
+    trainer = Trainer.create(tmp_path / "run", hyla_config("sraven"), device="cuda", quiet=True)
+    draws = trainer.task.draw(trainer.train_cfg.batch_size, "train", trainer.data_generator)
+    objectives = TrainingObjective(trainer.model, trainer.task)
+    gradients = []
+    for objective in (objectives, torch.compile(objectives, dynamic=False)):
+        trainer.model.zero_grad(set_to_none=True)
+        objective(draws).backward()
+        gradients.append({n: p.grad.clone() for n, p in trainer.model.named_parameters()})
+    for name, eager in gradients[0].items():
+        torch.testing.assert_close(gradients[1][name], eager, rtol=1e-4, atol=1e-6, msg=name)
