@@ -44,6 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # the reproduction pac
 from reproduction import (  # noqa: E402
     connection_section,
     fuzzy_logic_a1_ablations_section,
+    fuzzy_logic_a1_cpu_section,
     fuzzy_logic_a1_section,
     fuzzy_logic_section,
     hyperteacher_plus_section,
@@ -78,6 +79,9 @@ SECTIONS: dict[str, ModuleType] = {
     "sraven-main": sraven_main_section,
     "fuzzy-logic-a1": fuzzy_logic_a1_section,
     "fuzzy-logic-a1-ablations": fuzzy_logic_a1_ablations_section,
+    # the same configs each trained alone and eagerly (latentlens sweep), read back from
+    # the raw output: benchmarks/results/cpu_a1_2026-11-26
+    "fuzzy-logic-a1-cpu": fuzzy_logic_a1_cpu_section,
     "hyperteacher-connected-plus": hyperteacher_plus_section,
 }
 SIZES = ("cpu", "gpu", "tiny")

@@ -434,3 +434,55 @@ def test_a_sections_runs_trained_by_a_sweep_are_probed_and_reported_not_retraine
     assert "each run trained alone by `latentlens sweep`" in text
     seconds = RunDirectory(out / "fuzzy-logic-a1" / "hyla-s0").train_seconds()
     assert f"| {round(seconds, 1):.0f} |" in table_row(text, "HYLA s0")
+
+
+def test_the_cpu_a1_section_is_written_from_committed_raw_output_alone(
+    reproduce, tmp_path: Path
+) -> None:
+    """benchmarks/results/ keeps a run's config.json and metrics.jsonl, not its weights:
+    the eager Table A1 section is written from those and the sweep's sweep.json, training
+    nothing, with each run's wall time and rate and the same configs trained elsewhere."""
+    from reproduction import fuzzy_logic_a1_cpu_section as cpu
+    from reproduction.fuzzy_logic_a1_section import ELSEWHERE
+    from reproduction.runs import TRAINED_ON, difference_interval
+
+    out = tmp_path / "runs"
+    section = out / "fuzzy-logic-a1-cpu"
+    specs = cpu.plan("tiny", 3, section)
+    assert {spec.probe_examples for spec in specs} == {0} and {s.group for s in specs} == {""}
+    test_r2 = {"softmax": [0.50, 0.55, 0.53], "linear": [0.60, 0.62, 0.58],
+               "hyla": [0.90, 0.88, 0.93]}  # fmt: skip
+    steps = specs[0].config["train"]["steps"]
+
+    def raw_output(run: Path, r2: float) -> None:
+        run.mkdir(parents=True)
+        rows = [{"step": step, "split": split, "r2": r2 if split == "test" else -0.5}
+                for step in (0, steps) for split in ("train", "test", "ood")]  # fmt: skip
+        (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    cells = {}
+    for variant, values in test_r2.items():
+        for seed, r2 in enumerate(values):
+            raw_output(section / f"{variant}-s{seed}", r2)
+            raw_output(section / ELSEWHERE / f"{variant}-s{seed}", r2 - 0.1)
+            cells[f"{variant}-s{seed}"] = {"state": "done", "seconds": 4.0 * (seed + 1)}
+    (section / "sweep.json").write_text(json.dumps({"cells": cells}))
+    (section / TRAINED_ON).write_text("a 2-core CPU, eagerly, 2026-11-26. Code: commit abc\n")
+    (section / ELSEWHERE / TRAINED_ON).write_text("an H100, compiled and graphed.\n")
+    results = tmp_path / "RESULTS.md"
+    args = ["--size", "tiny", "--device", "cpu", "--only", "fuzzy-logic-a1-cpu",
+            "--out", str(out), "--results", str(results)]  # fmt: skip
+    assert reproduce.main(args) == 0
+    assert not list(section.glob("*/checkpoints"))  # nothing trained
+    text = results.read_text()
+    assert f"## {cpu.TITLE}" in text and "Trained on a 2-core CPU, eagerly, 2026-11-26" in text
+    assert ": 9 runs, 1.2 minutes of training summed over runs" in text  # 3 × (4 + 8 + 12) s
+    assert table_row(text, "HYLA").startswith("| HYLA | 0.903 ± 0.025 | 0.811 | -0.500 ± 0.000 |")
+    diff, low, high = difference_interval(test_r2["hyla"], test_r2["softmax"])
+    assert f"HYLA − softmax {diff:+.3f} [{low:+.3f}, {high:+.3f}]" in text
+    assert table_row(text, "linear s2") == f"| linear s2 | 0.580 | -0.500 | 12 | {steps / 12:.1f} |"
+    assert "(an H100, compiled and graphed)" in text
+    there = [r2 - 0.1 for r2 in test_r2["softmax"]]
+    diff, low, high = difference_interval(test_r2["softmax"], there)
+    row = f"| softmax | 0.500 / 0.550 / 0.530 | 0.400 / 0.450 / 0.430 | {diff:+.3f} [{low:+.3f}, "
+    assert row + f"{high:+.3f}] |" in tables(text)

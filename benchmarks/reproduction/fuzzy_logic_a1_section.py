@@ -69,11 +69,24 @@ def plan_variants(variants: dict[str, str], size: str, seeds: int, out: Path) ->
 
 
 def report(out: Path, size: str, seeds: int, device: str, figures: Path) -> str:
+    lines = [f"## {TITLE}", "", *r2_lines(out, size, seeds)]
+    lines += latent_code_lines(out, seeds, SIZES[size]["probe_examples"], timings_of(out),
+                               VARIANTS, PAIRS)  # fmt: skip
+    lines += eager_check_lines(out)
+    lines += elsewhere_lines(out, seeds)
+    curves = {label: out / f"{variant}-s0" for variant, label in VARIANTS.items()}
+    save_figure(metric_curves(curves, metric="r2", ylim=(-1.0, 1.0)),
+                figures / "fuzzy-logic-a1-curves", ("png",))  # fmt: skip
+    lines += ["", f"![R² over training, seed 0]({figures.name}/fuzzy-logic-a1-curves.png)"]
+    return "\n".join(lines)
+
+
+def r2_lines(out: Path, size: str, seeds: int) -> list[str]:
+    """The setting, each variant's test and ood R² (mean ± std over seeds) beside Table A1,
+    and the 95% interval of each difference in test R²."""
     steps = TrainConfig.for_task("fuzzy-logic", **SIZES[size]["train"]).steps
     results = {v: [final_r2(out / f"{v}-s{s}") for s in range(seeds)] for v in VARIANTS}
     lines = [
-        f"## {TITLE}",
-        "",
         f"T = {SEQ_LEN}, frac_test {FRAC_TEST} (split_seed {task()['split_seed']}), {steps:,} "
         f"steps, {seeds} seed(s) {how_trained(out)}. test = held-out combinations of seen "
         "terms (the paper's OOD), ood = never-seen terms.",
@@ -87,16 +100,8 @@ def report(out: Path, size: str, seeds: int, device: str, figures: Path) -> str:
             f"| {label} | {mean_std([r['test'] for r in rows])} | "
             f"{PAPER_TABLE_A1[variant]:.3f} | {mean_std([r['ood'] for r in rows])} |"
         )
-    lines += difference_lines({v: [r["test"] for r in results[v]] for v in VARIANTS}, "test R²")
-    lines += latent_code_lines(out, seeds, SIZES[size]["probe_examples"], timings_of(out),
-                               VARIANTS, PAIRS)  # fmt: skip
-    lines += eager_check_lines(out)
-    lines += elsewhere_lines(out, seeds)
-    curves = {label: out / f"{variant}-s0" for variant, label in VARIANTS.items()}
-    save_figure(metric_curves(curves, metric="r2", ylim=(-1.0, 1.0)),
-                figures / "fuzzy-logic-a1-curves", ("png",))  # fmt: skip
-    lines += ["", f"![R² over training, seed 0]({figures.name}/fuzzy-logic-a1-curves.png)"]
-    return "\n".join(lines)
+    return lines + difference_lines({v: [r["test"] for r in results[v]] for v in VARIANTS},
+                                    "test R²")  # fmt: skip
 
 
 def how_trained(out: Path) -> str:

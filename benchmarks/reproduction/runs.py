@@ -81,9 +81,17 @@ TRAINED, FOUND, UNFINISHED = "trained", "found finished", "left for the next cal
 
 
 def finished(spec: RunSpec) -> bool:
-    checkpoints = RunDirectory(spec.path).checkpoints
-    found = list_checkpoints(checkpoints) if checkpoints.is_dir() else []
-    return bool(found) and found[-1][0] >= spec.config["train"]["steps"]
+    """Trained to its last step: its last checkpoint is there, or, for a run that is not
+    probed (its weights are not needed again), its last evaluation is recorded, as in the
+    raw output committed under benchmarks/results/ (config.json and metrics.jsonl)."""
+    steps = spec.config["train"]["steps"]
+    directory = RunDirectory(spec.path)
+    found = list_checkpoints(directory.checkpoints) if directory.checkpoints.is_dir() else []
+    if found and found[-1][0] >= steps:
+        return True
+    if spec.probe_examples or not directory.metrics_path.is_file():
+        return False
+    return any(record.get("step", -1) >= steps for record in directory.read_metrics())
 
 
 def _probed(spec: RunSpec) -> bool:
