@@ -39,7 +39,7 @@ from latentlens.training import (
     train_group_or_resume,
     train_or_resume,
 )
-from latentlens.training.trainer import CUDA_COMPILE_CHECKED
+from latentlens.training.trainer import compiles_exactly_on_cuda
 
 TIMINGS = "timings.json"
 # Where a section was trained, when not by the invocation that reports it (one line, in the
@@ -114,11 +114,10 @@ def with_threads(spec: RunSpec, runtime: Runtime) -> RunSpec:
 
 def compiles(config: dict[str, Any], cuda: bool) -> bool:
     """Whether a run trains with --compile: on CUDA, for the attentions whose compiled
-    gradients are checked against eager ones (CUDA_COMPILE_CHECKED; HYLA's are wrong,
+    gradients are checked against eager ones (compiles_exactly_on_cuda; HYLA's are wrong,
     benchmarks/results/h200_2026-11-26). Every attention takes --cuda-graphs on CUDA
     (graph replay runs the eager kernels)."""
-    attention = config["model"].get("attention")
-    return cuda and (attention is None or attention in CUDA_COMPILE_CHECKED)
+    return cuda and compiles_exactly_on_cuda(config["model"].get("attention"))
 
 
 def train_one(spec: RunSpec, runtime: Runtime) -> tuple[str, float | None]:
