@@ -204,10 +204,14 @@ def test_every_gpu_section_dry_runs_in_seed_groups(reproduce, tmp_path: Path, ca
         assert f"## {module.TITLE}" in text
         specs = module.plan("tiny", 2, out / name)
         groups = {spec.group for spec in specs}
-        assert len(groups) == len(specs) // 2 and "" not in groups
-        for group in groups:  # one group's wall time, shared equally by its runs
-            shares = {timings[str(s.path.relative_to(out))] for s in specs if s.group == group}
-            assert len(shares) == 1 and shares.pop() > 0
+        if name == "fuzzy-logic-a1-cpu":  # its runs train each alone, as the sweep trains them
+            assert groups == {""}
+            assert all(timings[str(s.path.relative_to(out))] > 0 for s in specs)
+        else:
+            assert len(groups) == len(specs) // 2 and "" not in groups
+            for group in groups:  # one group's wall time, shared equally by its runs
+                shares = {timings[str(s.path.relative_to(out))] for s in specs if s.group == group}
+                assert len(shares) == 1 and shares.pop() > 0
         for spec in specs:
             assert (spec.path / "checkpoints").is_dir()
             assert (
