@@ -110,6 +110,9 @@ def latentlens_steps(
     spec: dict[str, Any], modes: list[str], group: int, threads: int, folder: Path
 ) -> dict[str, Any]:
     """Each mode's timing function (steps -> seed-steps/s) of ``spec``."""
+    # Every row compiles afresh: dynamo recompiles one code object at most 8 times per
+    # process, then runs it eagerly, so a 9th row's ``compile`` would time the eager step.
+    torch.compiler.reset()
     steps: dict[str, Any] = {}
     for mode in modes:
         if mode.startswith("cores"):

@@ -164,9 +164,16 @@ def run_official(official: Path, spec: dict[str, Any], out: Path) -> dict[str, A
 
 
 def run_latentlens(
-    task: str, cfg: ParityConfig, variants: list[str], seed: int, out: Path, jobs: int
+    task: str,
+    cfg: ParityConfig,
+    variants: list[str],
+    seed: int,
+    out: Path,
+    jobs: int,
+    precision: str = "fp32",
 ) -> dict[str, list[dict[str, Any]]]:
-    """latentlens's runs of one seed (a sweep over the variants): their metric records."""
+    """latentlens's runs of one seed (a sweep over the variants) in ``precision``: their
+    metric records."""
     from latentlens.sweep import SweepSpec, run_sweep
 
     data = {**cfg.data, "split_seed": seed}
@@ -179,6 +186,7 @@ def run_latentlens(
         "eval_every": cfg.eval_every,
         "eval_examples": cfg.eval_examples,
         "seed": seed,
+        "precision": precision,
     }
     spec = SweepSpec.from_dict(
         {

@@ -136,3 +136,32 @@ def test_the_side_by_side_builds_both_sides_from_one_spec() -> None:
     )  # fmt: skip
     with pytest.raises(SystemExit):  # not a checkout: a one-line argparse error
         side.main(["--official", str(BENCHMARKS)])
+
+
+def test_the_bf16_effect_pairs_each_seed_and_sets_the_official_mean_beside(tmp_path) -> None:
+    """benchmarks/bf16_effect.py: the paired interval is scipy's; a shift planted in every
+    seed's bf16 run is found even under a seed spread larger than the shift."""
+    effect = load("bf16_effect")
+    a, b = [0.31, 0.12, 0.45, 0.22, 0.38], [0.30, 0.10, 0.43, 0.22, 0.35]
+    diff, half = effect.paired(a, b)
+    low, high = stats.ttest_rel(b, a).confidence_interval(0.95)
+    assert (diff - half, diff + half) == pytest.approx((low, high), rel=1e-10)
+
+    def records(value: float) -> list[dict]:
+        return [{"step": step, "split": split, "r2": value * step / 100, "loss": 1.0}
+                for step in (0, 100) for split in ("test", "ood")]  # fmt: skip
+
+    runs = {}
+    for seed in range(5):
+        runs[("fp32", "hyla", seed)] = records(0.2 + 0.1 * seed)
+        runs[("bf16", "hyla", seed)] = records(0.2 + 0.1 * seed - 0.02)
+    rates = {"fp32": [30.0, 32.0], "bf16": [10.0, 12.0]}
+    official = {("hyla", "test", "r2"): 0.5}
+    lines = effect.table("fuzzy-logic", runs, official, 5, rates)
+    row = next(line for line in lines if line.startswith("| hyla | test | r2 |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[3:] == ["0.400 ± 0.158", "0.380 ± 0.158", "-0.020 [-0.020, -0.020]", "0.500"]
+    assert next(line for line in lines if line.startswith("| hyla | ood | r2 |")).endswith(
+        "| n/a |"
+    )
+    assert "- bf16: 11.0 ± 1.4 over 2 runs" in lines
