@@ -138,7 +138,7 @@ def test_the_side_by_side_builds_both_sides_from_one_spec() -> None:
         side.main(["--official", str(BENCHMARKS)])
 
 
-def test_the_bf16_effect_pairs_each_seed_and_sets_the_official_mean_beside(tmp_path) -> None:
+def test_the_bf16_effect_pairs_each_seed_and_sets_the_official_mean_beside() -> None:
     """benchmarks/bf16_effect.py: the paired interval is scipy's; a shift planted in every
     seed's bf16 run is found even under a seed spread larger than the shift."""
     effect = load("bf16_effect")
