@@ -28,11 +28,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from reproduction.runs import mean_std
 
 from latentlens.figures import fuse_weight_curves, load_tracked, routing_evolution, save_figure
 from latentlens.figures.routing import load_fuse_weights
 from latentlens.probes import tracking_callbacks
+from latentlens.reports.seeds import mean_std
 from latentlens.training import (
     RunDirectory,
     TrainConfig,

@@ -25,10 +25,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from reproduction.runs import mean_std
 
 from latentlens.figures import decoding_curves, metric_curves, save_figure
 from latentlens.probes import read_decoding, tracking_callbacks
+from latentlens.reports.seeds import mean_std
 from latentlens.training import (
     TrainConfig,
     Trainer,

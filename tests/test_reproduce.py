@@ -352,7 +352,9 @@ def test_the_a1_section_sets_the_same_configs_trained_elsewhere_beside_its_own(
     reproduce, tmp_path
 ) -> None:
     from reproduction.fuzzy_logic_a1_section import ELSEWHERE, elsewhere_lines
-    from reproduction.runs import TRAINED_ON, difference_interval
+    from reproduction.runs import TRAINED_ON
+
+    from latentlens.reports.seeds import difference_interval
 
     def run(path: Path, test_r2: float) -> None:
         path.mkdir(parents=True)
@@ -448,7 +450,9 @@ def test_the_cpu_a1_section_is_written_from_committed_raw_output_alone(
     nothing, with each run's wall time and rate and the same configs trained elsewhere."""
     from reproduction import fuzzy_logic_a1_cpu_section as cpu
     from reproduction.fuzzy_logic_a1_section import ELSEWHERE
-    from reproduction.runs import TRAINED_ON, difference_interval
+    from reproduction.runs import TRAINED_ON
+
+    from latentlens.reports.seeds import difference_interval
 
     out = tmp_path / "runs"
     section = out / "fuzzy-logic-a1-cpu"

@@ -14,9 +14,10 @@ import numpy as np
 
 from latentlens import connect
 from latentlens.figures import routing_evolution, save_figure
+from latentlens.reports.seeds import difference_interval, mean_std
 from latentlens.training import RunDirectory
 from reproduction import translation_section
-from reproduction.runs import RunSpec, difference_interval, mean_std
+from reproduction.runs import RunSpec
 
 TITLE = "Layer connection in a pretrained translation model: four conditions"
 # fine-tuning settings shared by the four conditions, per size (the bases are the

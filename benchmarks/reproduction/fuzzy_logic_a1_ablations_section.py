@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from latentlens.reports.seeds import mean_std
 from latentlens.training import RunDirectory, TrainConfig
 from reproduction.fuzzy_logic_a1_section import (
     SEQ_LEN,
@@ -24,7 +25,7 @@ from reproduction.fuzzy_logic_a1_section import (
 from reproduction.fuzzy_logic_a1_section import plan as a1_plan
 from reproduction.fuzzy_logic_section import VARIANTS as FULL
 from reproduction.fuzzy_logic_section import final_r2
-from reproduction.runs import RunSpec, mean_std, trained_on
+from reproduction.runs import RunSpec, trained_on
 
 TITLE = "HYLA's ablations at Table A1's fuzzy-logic setting"
 # Table A1's ablation rows (docs/methods/attention.md, the table of named variants)

@@ -13,16 +13,11 @@ from typing import Any
 
 from latentlens.figures import metric_curves, save_figure
 from latentlens.figures.training import metric_curve
+from latentlens.reports.seeds import difference_interval, mean_std
 from latentlens.sweep.run import STATUS_FILE
 from latentlens.training import RunDirectory, TrainConfig, Trainer, model_for_task
 from reproduction.fuzzy_logic_section import PAPER_TABLE_A1, VARIANTS, final_r2, task_config
-from reproduction.runs import (
-    RunSpec,
-    difference_interval,
-    mean_std,
-    recorded_seconds,
-    trained_on,
-)
+from reproduction.runs import RunSpec, recorded_seconds, trained_on
 from reproduction.sraven_section import read_probes
 
 TITLE = "Fuzzy logic at Table A1's setting"

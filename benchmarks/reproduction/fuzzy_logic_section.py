@@ -13,9 +13,10 @@ from matplotlib.figure import Figure
 from latentlens.figures import metric_curves, save_figure
 from latentlens.probes import ridge_decoding
 from latentlens.probes.codes import fuzzy_logic_codes
+from latentlens.reports.seeds import mean_std
 from latentlens.tasks import make_task
 from latentlens.training import TrainConfig, Trainer, model_for_task
-from reproduction.runs import RunSpec, mean_std, metrics_at_end
+from reproduction.runs import RunSpec, metrics_at_end
 
 TITLE = "Fuzzy logic"
 VARIANTS = {"softmax": "softmax", "linear": "linear", "hyla": "HYLA"}

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import hyperteacher
 
+from latentlens.reports.seeds import mean_std
 from reproduction.hyperteacher_section import SIZES, connected_plus_figures
-from reproduction.runs import RunSpec, mean_std
+from reproduction.runs import RunSpec
 
 TITLE = "Hyperteacher on Connected+"
 SUPPORT = "connected-plus"

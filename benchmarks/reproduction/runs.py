@@ -16,16 +16,13 @@ what a size costs even when some runs were found finished.
 from __future__ import annotations
 
 import json
-import math
 import os
-import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import scipy.stats
 import torch
 
 from latentlens.devices import resolve_device
@@ -270,31 +267,6 @@ def record(timings: dict[str, float], path: Path, names: list[str], results) -> 
 def metrics_at_end(run: Path) -> dict[str, dict[str, float]]:
     """The last evaluation's metrics, by split."""
     return RunDirectory(run).last_evaluation()
-
-
-def mean_std(values: Sequence[float | None], digits: int = 3) -> str:
-    """``mean ± std`` over seeds (sample std); one value alone; ``n/a`` when none."""
-    present = [v for v in values if v is not None]
-    if not present:
-        return "n/a"
-    if len(present) == 1:
-        return f"{present[0]:.{digits}f}"
-    return f"{statistics.mean(present):.{digits}f} ± {statistics.stdev(present):.{digits}f}"
-
-
-def difference_interval(ours: list[float], base: list[float]) -> tuple[float, float, float]:
-    """Mean difference ``ours - base`` and its 95% Welch confidence interval (``nan`` bounds
-    with fewer than 2 values on a side)."""
-    difference = statistics.mean(ours) - statistics.mean(base)
-    if len(ours) < 2 or len(base) < 2:
-        return difference, math.nan, math.nan
-    va, vb = statistics.variance(ours) / len(ours), statistics.variance(base) / len(base)
-    se = math.sqrt(va + vb)
-    if se == 0:
-        return difference, difference, difference
-    df = (va + vb) ** 2 / (va**2 / (len(ours) - 1) + vb**2 / (len(base) - 1))
-    half = float(scipy.stats.t.ppf(0.975, df)) * se
-    return difference, difference - half, difference + half
 
 
 # The source files whose changes change what a run computes: a section measured at a commit

@@ -15,9 +15,10 @@ from matplotlib.figure import Figure
 
 from latentlens.figures import code_embedding, save_figure
 from latentlens.models.config import VARIANTS as ATTENTION_VARIANTS
+from latentlens.reports.seeds import mean_std
 from latentlens.tasks import make_task
 from latentlens.training import TrainConfig, Trainer, model_for_task
-from reproduction.runs import RunSpec, mean_std, metrics_at_end
+from reproduction.runs import RunSpec, metrics_at_end
 
 TITLE = "SRAVEN"
 SIZES: dict[str, dict[str, Any]] = {

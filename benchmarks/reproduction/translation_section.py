@@ -13,8 +13,9 @@ from typing import Any
 import fusion_gca
 
 from latentlens.figures import fuse_weight_curves, save_figure
+from latentlens.reports.seeds import difference_interval, mean_std
 from latentlens.tasks import make_task
-from reproduction.runs import RunSpec, difference_interval, mean_std
+from reproduction.runs import RunSpec
 
 TITLE = "Translation: FUSION on a CoGnition-hard benchmark"
 SIZES: dict[str, dict[str, Any]] = {
