@@ -205,6 +205,11 @@ def timings_of(out: Path) -> dict[str, float]:
     return recorded_seconds(out.parent)
 
 
+def _or_na(value: float | None) -> str:
+    """A score to 3 decimals; ``n/a`` where it is undefined (codes that never vary)."""
+    return "n/a" if value is None else f"{value:.3f}"
+
+
 def latent_code_lines(
     out: Path,
     seeds: int,
@@ -212,12 +217,14 @@ def latent_code_lines(
     timings: dict[str, float],
     variants: dict[str, str],
     pairs: tuple[tuple[str, str], ...],
+    which: str = "every run",
 ) -> list[str]:
     """Every run's latent-code protocol (latentlens.probes.run), one row per run, then the
-    differences of the decoding R² between the ``pairs`` of ``variants``."""
+    differences of the decoding R² between the ``pairs`` of ``variants`` (none without
+    pairs); ``which`` names the runs in the text."""
     lines = [
         "",
-        f"Latent codes of every run (`latentlens probe`, {examples:,} held-out-combination "
+        f"Latent codes of {which} (`latentlens probe`, {examples:,} held-out-combination "
         "examples): decoding = ridge R² of the term bits from the last token's self-codes "
         "a(·, T, T) of every layer and head, scored on the held-out half (± its standard "
         "error), beside the same decoder fit on shuffled labels (chance is 0); k-means ARI "
@@ -247,11 +254,12 @@ def latent_code_lines(
             lines.append(
                 f"| {label} s{seed} | {final_r2(run)['test']:.3f} | "
                 f"{whole['test']:.3f} ± {whole['test_se']:.3f} | {whole['shuffled']:.3f} | "
-                f"{probes['clustering']['kmeans']['ari']:.3f} | "
-                f"{topography['rho']:.3f} ({topography['p_value']:.3f}) | "
+                f"{_or_na(probes['clustering']['kmeans']['ari'])} | "
+                f"{_or_na(topography['rho'])} ({_or_na(topography['p_value'])}) | "
                 f"{largest['change']:+.3f} ± {largest['standard_error']:.3f} "
                 f"(L{largest['layer']}H{largest['head']}) | {beyond} | "
                 f"{'n/a' if seconds is None else f'{seconds:.0f}'} |"
             )
-    lines += difference_lines(decoding, "decoding R²", pairs, variants)
+    if pairs:
+        lines += difference_lines(decoding, "decoding R²", pairs, variants)
     return lines
