@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from latentlens import zoo
 from latentlens.cli import main
 from latentlens.reports.demo import SIZES, train_variant
 from latentlens.tasks import RULE_NAMES
@@ -29,17 +30,23 @@ def test_demo_at_tiny_size_writes_runs_figures_and_reports(
     done = latentlens("demo", "--size", "tiny", "--steps", "10", "--out", str(out), "--quiet")
     assert done.returncode == 0, done.stderr[-3000:]
     assert "report.html" in done.stdout
-    # the headline table on stdout: a header, the zoo's three converged models and the
-    # HYLA trained live, each with R² ± its error
+    # the headline table on stdout: a header, the zoo's converged models (three seeds of
+    # each variant) and the HYLA trained live, each with R² ± its error
     table = done.stdout.splitlines()
     assert table[0].split()[:3] == ["model", "test", "R²"]
-    labels = ["softmax attention (zoo)", "linear attention (zoo)", "HYLA (zoo)", "HYLA (live)"]
-    assert [line[: len(label)] for line, label in zip(table[1:5], labels, strict=True)] == labels
-    assert re.search(r"^HYLA \(zoo\)\s+0\.\d{3} ± \d\.\d{3}", table[3])
-    runs = {out / "zoo" / v: 50_000 for v in ("softmax", "linear", "hyla")} | {out / "hyla": 10}
-    for run, step in runs.items():
+    names = {"softmax": "softmax attention", "linear": "linear attention", "hyla": "HYLA"}
+    labels = [f"{name} (zoo s{seed})" for name in names.values() for seed in range(3)]
+    labels.append("HYLA (live)")
+    assert [line[: len(label)] for line, label in zip(table[1:11], labels, strict=True)] == labels
+    assert re.search(r"^HYLA \(zoo s0\)\s+0\.\d{3} ± \d\.\d{3}", table[7])
+    zoo_runs = {out / "zoo" / f"{v}-s{seed}": v for v in names for seed in range(3)}
+    runs = {run: (variant, 50_000) for run, variant in zoo_runs.items()}
+    runs[out / "hyla"] = ("hyla", 10)
+    messages = set()
+    for run, (variant, step) in runs.items():
         results = json.loads((run / "probes" / "results.json").read_text())
-        assert results["attention"] == run.name and results["step"] == step
+        messages.update(note["message"] for note in results["health"])
+        assert results["attention"] == variant and results["step"] == step
         assert {"decoding", "clustering", "topography", "embedding", "ablation"} <= set(results)
         # a layer whose codes are constant is named, and not patched
         constant = {int(note["where"].rsplit("layer ", 1)[1]) for note in results["health"]
@@ -58,16 +65,22 @@ def test_demo_at_tiny_size_writes_runs_figures_and_reports(
                      "code_embedding_interactive.html", "head_ablation.png"):  # fmt: skip
             assert (run / "figures" / name).is_file(), name
     # the zoo's models are probed on the first examples of their fixed evaluation set
-    zoo_test = json.loads((out / "zoo" / "hyla" / "probes" / "results.json").read_text())
+    zoo_test = json.loads((out / "zoo" / "hyla-s0" / "probes" / "results.json").read_text())
     assert zoo_test["evaluation_examples"] == SIZES["tiny"].zoo_examples
     assert not (tmp_path / "cache" / "zoo" / "fuzzy-logic-a1" / "hyla" / "s0" / "probes").exists()
     report = (out / "report.md").read_text()
     assert "## What was run" in report and "From the zoo (converged, not trained here)" in report
+    for variant in ("softmax", "linear", "hyla"):  # each model's machine, from its own card
+        assert zoo.card(f"fuzzy-logic-a1/{variant}/s0")["training"]["machine"] in report
     assert "Trained live by this command: HYLA (live)" in report
     assert "## What the converged codes carry" in report and "## Trained live" in report
     assert re.search(
-        r"\| HYLA \(zoo\) \| 0\.\d{3} ± \d\.\d{3} \| 0\.\d{3} ± \d\.\d{3} \| 0\.811 \|", report
+        r"\| HYLA \(zoo s2\) \| 0\.\d{3} ± \d\.\d{3} \| 0\.\d{3} ± \d\.\d{3} \| 0\.811 \|", report
     )
+    # a warning that holds for several runs is given once, naming them
+    assert messages and all(report.count(message) == 1 for message in messages)
+    # the variants ranked over the zoo's seeds, from the test R² the table holds
+    assert "Test R² (new combinations), mean ± std over 3 seeds: " in report
     assert "official test R² at 50,000 steps" in report and "far from converged" in report
     # noise alone puts 4.55% of the heads beyond two standard errors: 16 zoo, 8 tiny heads
     assert "noise alone would put 0.7 of 16 heads" in report

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import platform
 import shutil
+import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -34,6 +35,7 @@ from latentlens.models.config import VARIANTS
 from latentlens.probes.run import probe_run
 from latentlens.progress import progress_bar
 from latentlens.reports.report import Section, write_report
+from latentlens.reports.seeds import difference_interval, mean_std
 from latentlens.training import (
     RunDirectory,
     TrainConfig,
@@ -193,8 +195,9 @@ class DemoOutput:
     summary: str
 
 
-# The zoo's models the demo probes: seed 0 of each variant at Table A1's setting.
+# The zoo's models the demo probes: every seed of each variant at Table A1's setting.
 ZOO_GROUP = "fuzzy-logic-a1"
+ZOO_SEEDS = (0, 1, 2)
 
 
 @dataclass(frozen=True)
@@ -208,7 +211,10 @@ class DemoRun:
 
     @property
     def label(self) -> str:
-        return f"{VARIANT_NAMES[self.variant]} ({'zoo' if self.zoo_name else 'live'})"
+        name = VARIANT_NAMES[self.variant]
+        if self.zoo_name:
+            return f"{name} (zoo {self.zoo_name.rsplit('/', 1)[1]})"  # "HYLA (zoo s0)"
+        return f"{name} (live)"
 
 
 def copy_zoo_run(name: str, run: Path) -> None:
@@ -267,9 +273,11 @@ def run_demo(
     root = Path(out)
     root.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
-    converged = (
-        [DemoRun(v, root / "zoo" / v, f"{ZOO_GROUP}/{v}/s0") for v in variants] if zoo else []
-    )
+    converged = [
+        DemoRun(v, root / "zoo" / f"{v}-s{seed}", f"{ZOO_GROUP}/{v}/s{seed}")
+        for v in (variants if zoo else ())
+        for seed in ZOO_SEEDS
+    ]
     live = [DemoRun(v, root / v) for v in (["hyla"] if zoo else variants)]
     runs = [*converged, *live]
     stages = progress_bar(total=3 * len(runs) + 1, desc="demo", disable=quiet)
@@ -318,15 +326,32 @@ def run_demo(
     return DemoOutput(*paths, headline(runs, results))
 
 
-def _setting(run: DemoRun) -> str:
-    """The task and model of ``run``, from its config."""
+def _setting(run: DemoRun, seed: bool = True) -> str:
+    """The task and model of ``run``, from its config (with its training seed)."""
     config = RunDirectory(run.path).read_config()
     task, model, train = config["task"]["config"], config["model"], config["train"]
     return (
         f"fuzzy logic with T={task['seq_len']} tokens and {task['frac_test']:.0%} of the term "
         f"combinations held out; {model['n_layers']} layers, d_model {model['d_model']}, "
         f"{model['n_heads']} heads, MLP {model['d_mlp']}; {train['steps']:,} steps of batch "
-        f"{train['batch_size']}, AdamW lr {train['lr']}, seed {train['seed']}"
+        f"{train['batch_size']}, AdamW lr {train['lr']}"
+        + (f", seed {train['seed']}" if seed else "")
+    )
+
+
+def _where_trained(runs: list[DemoRun]) -> str:
+    """Where and when the zoo's ``runs`` were trained, from their cards: one clause per
+    machine and date, naming its variants when the runs differ."""
+    places: dict[tuple[str, str], dict[str, None]] = {}
+    for run in runs:
+        info = zoo_card(run.zoo_name)["training"]
+        places.setdefault((info["machine"], info["date"]), {})[VARIANT_NAMES[run.variant]] = None
+    if len(places) == 1:
+        (machine, date), _ = places.popitem()
+        return f"trained on {machine} on {date}"
+    return "; ".join(
+        f"{' and '.join(names)} trained on {machine} on {date}"
+        for (machine, date), names in places.items()
     )
 
 
@@ -347,11 +372,42 @@ def _row(run: DemoRun, probe: dict, reference: tuple[str, float]) -> dict[str, A
     }  # fmt: skip
 
 
+def seed_ranking_sentence(values: dict[str, list[float]]) -> str:
+    """Which variant is best on new combinations over seeds: the best mean, named only where
+    the 95% Welch interval of its lead over the runner-up excludes 0; ``values``: name ->
+    test R² of each seed."""
+    ranked = sorted(values.items(), key=lambda item: -statistics.mean(item[1]))
+    seeds = min(len(v) for v in values.values())
+    means = "; ".join(f"{name} {mean_std(v)}" for name, v in ranked)
+    summary = f"Test R² (new combinations), mean ± std over {seeds} seeds: {means}."
+    if len(ranked) < 2:
+        return summary
+    (best, top), (second, runner) = ranked[0], ranked[1]
+    lead, low, high = difference_interval(top, runner)
+    interval = f"{lead:.3f} [{low:+.3f}, {high:+.3f}] (95% Welch interval over seeds)"
+    if low > 0:
+        return f"Best on new combinations: {best}, ahead of {second} by {interval}. {summary}"
+    return (
+        f"No variant is best on new combinations: {best} leads {second} by {interval}, an "
+        f"interval that holds 0; more seeds would be needed to rank them. {summary}"
+    )
+
+
 def _outcome(title: str, group: list[DemoRun], results: dict[Path, dict], figures, intro):
-    """One group's table (zoo or live), its ranking, the notes and its two figures."""
+    """One group's table (zoo or live), its ranking (over seeds for the zoo's models), the
+    notes and its two figures."""
     probes = [results[run.path] for run in group]
-    scores = {run.label: (p["evaluation"]["test"]["r2"], p["evaluation"]["test"]["r2_se"])
-              for run, p in zip(group, probes, strict=True)}  # fmt: skip
+    if group[0].zoo_name:
+        by_variant: dict[str, list[float]] = {}
+        for run, probe in zip(group, probes, strict=True):
+            name = VARIANT_NAMES[run.variant]
+            by_variant.setdefault(name, []).append(probe["evaluation"]["test"]["r2"])
+        ranking = seed_ranking_sentence(by_variant)
+    else:
+        ranking = ranking_sentence(
+            {run.label: (p["evaluation"]["test"]["r2"], p["evaluation"]["test"]["r2_se"])
+             for run, p in zip(group, probes, strict=True)}
+        )  # fmt: skip
     n_heads = len(probes[0]["ablation"])
     constant = [run.label for run, p in zip(group, probes, strict=True)
                 if p["topography"]["rho"] is None]  # fmt: skip
@@ -370,7 +426,7 @@ def _outcome(title: str, group: list[DemoRun], results: dict[Path, dict], figure
         title,
         [
             *intro,
-            ranking_sentence(scores),
+            ranking,
             "± is the standard error over the evaluation batches "
             f"({probes[0]['evaluation_examples']:,} examples a split of each run's fixed "
             "evaluation set); the head ablations are measured on the same test examples, so "
@@ -391,12 +447,12 @@ def _sections(runs: list[DemoRun], results, figures, drawn, wall: float, command
     live = [run for run in runs if not run.zoo_name]
     origin = []
     if converged:
-        info = zoo_card(converged[0].zoo_name)["training"]
-        names = ", ".join(f"`{run.zoo_name}`" for run in converged)
+        variants = ", ".join(dict.fromkeys(VARIANT_NAMES[run.variant] for run in converged))
         origin.append(
-            f"From the zoo (converged, not trained here): {names}: {_setting(converged[0])}; "
-            f"trained on {info['machine']} on {info['date']}. Probed here on "
-            f"{results[converged[0].path]['examples']:,} examples."
+            f"From the zoo (converged, not trained here): {variants}, seeds "
+            f"{', '.join(map(str, ZOO_SEEDS))} of `{ZOO_GROUP}`: "
+            f"{_setting(converged[0], seed=False)}; {_where_trained(converged)}. Probed here "
+            f"on {results[converged[0].path]['examples']:,} examples each."
         )
     origin.append(
         f"Trained live by this command: {', '.join(run.label for run in live)}: "
@@ -423,8 +479,8 @@ def _sections(runs: list[DemoRun], results, figures, drawn, wall: float, command
     if converged:
         outcomes.append(_outcome(
             "What the converged codes carry", converged, results, drawn["zoo"],
-            ["Converged models from the zoo, beside the paper's Table A1 at the same "
-             "setting (its numbers are means over 3 seeds; these are seed 0)."],
+            [f"Converged models from the zoo, {len(ZOO_SEEDS)} seeds of each variant, beside "
+             "the paper's Table A1 at the same setting (its numbers are means over 3 seeds)."],
         ))  # fmt: skip
     steps = RunDirectory(live[0].path).read_config()["train"]["steps"]
     outcomes.append(_outcome(
@@ -451,10 +507,11 @@ def _sections(runs: list[DemoRun], results, figures, drawn, wall: float, command
             Section(run.label, [f"Run directory: {run.path}"],
                     figures=pictures, interactive=interactive)
         )  # fmt: skip
-    warnings = [
-        f"{run.label}: {note['message']}"
-        for run in runs
-        for note in results[run.path].get("health", [])
-    ]
+    # one paragraph per message, naming every run it holds for (seeds share most of them)
+    holders: dict[str, list[str]] = {}
+    for run in runs:
+        for note in results[run.path].get("health", []):
+            holders.setdefault(note["message"], []).append(run.label)
+    warnings = [f"{', '.join(labels)}: {message}" for message, labels in holders.items()]
     health = [Section("Warnings", warnings)] if warnings else []
     return [what, *health, *outcomes, *per_run]
