@@ -81,3 +81,35 @@ def test_commands_take_zoo_names(cache: Path, capsys) -> None:
     assert not (zoo.MODELS / name / "figures").exists()
     assert main(["eval", "zoo:nope"]) == 2
     assert "no zoo model named 'nope'" in capsys.readouterr().err
+
+
+def test_zoo_add_takes_a_sweeps_own_wall_times_and_chosen_variants(tmp_path, monkeypatch) -> None:
+    """benchmarks/zoo_add.py on runs laid out as `latentlens sweep` leaves them (no seed
+    groups): each card's wall time is the run's own, from the sweep's record."""
+    from latentlens.reports.demo import SIZES, train_variant
+    from latentlens.zoo import build
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import zoo_add
+
+    section = tmp_path / "runs" / "fuzzy-logic-a1"
+    for variant in ("hyla", "softmax"):
+        train_variant(section / f"{variant}-s0", variant, SIZES["tiny"], 2, "cpu", True, 0)
+    cells = {"hyla-s0": {"seconds": 12.5, "state": "done"}, "softmax-s0": {"seconds": 9.0}}
+    (section / "sweep.json").write_text(json.dumps({"cells": cells}))
+    monkeypatch.setattr(build, "MODELS", tmp_path / "models")
+    argv = [str(tmp_path / "runs"), "fuzzy-logic-a1", "--variants", "hyla", "--machine", "M",
+            "--commit", "abc", "--command", "C", "--date", "2026-11-26",
+            "--examples", "64"]  # fmt: skip
+    assert zoo_add.main(argv) == 0
+    added = sorted(
+        p.relative_to(tmp_path / "models") for p in (tmp_path / "models").rglob(zoo.CARD)
+    )
+    assert added == [Path("fuzzy-logic-a1/hyla/s0") / zoo.CARD]  # softmax was not chosen
+    training = json.loads((tmp_path / "models" / added[0]).read_text())["training"]
+    assert training["wall_seconds"] == 12.5 and "own training time" in training["wall_note"]
+    assert (training["machine"], training["commit"], training["steps"]) == ("M", "abc", 2)
+    # without a record of either kind, one line names both files
+    (section / "sweep.json").unlink()
+    with pytest.raises(SystemExit, match="neither .*timings.json nor .*sweep.json exists"):
+        zoo_add.main(argv)
