@@ -104,8 +104,9 @@ def metric_curves(
     :data:`~latentlens.figures.axes.R2_FLOOR` (an untrained model's) is clipped there
     (:func:`~latentlens.figures.axes.default_ylim`), an accuracy's axis spans [0, 1]
     (:func:`~latentlens.figures.axes.metric_range`), anything else its values. Values
-    beyond the limits are drawn on the edge as open triangles. Long legend labels go below
-    the panels, wrapped between words. ``log_y``
+    beyond the limits are drawn on the edge as open triangles, and a seed band only where
+    the mean lies within them. Long legend labels go below the panels, wrapped between
+    words. ``log_y``
     draws a positive metric (a loss) on a log scale, where its late fall stays visible.
     """
     if not runs:
@@ -142,9 +143,14 @@ def metric_curves(
             (line,) = ax.plot(steps, shown, marker="o", markersize=3, label=name)
             if len(seeds) > 1:
                 low, high = values - std, values + std
+                inside = np.ones(len(values), dtype=bool)
                 if ylim is not None:
                     low, high = np.clip(low, *ylim), np.clip(high, *ylim)
-                ax.fill_between(steps, low, high, color=line.get_color(), alpha=0.2, lw=0)
+                    # no band around a mean drawn on the edge: an untrained model's R² of
+                    # -50 ± 40 would paint the whole axis
+                    inside = (values >= ylim[0]) & (values <= ylim[1])
+                ax.fill_between(steps, low, high, where=inside, color=line.get_color(),
+                                alpha=0.2, lw=0)  # fmt: skip
             if ylim is None:
                 continue
             # Values beyond ylim are drawn on its edge as open triangles, not hidden.
@@ -168,16 +174,20 @@ def metric_curves(
         axes[0].set_yscale("log")  # shared by every panel
     axes[0].set_ylabel(metric_label(metric))
     handles, names = axes[0].get_legend_handles_labels()
+    note = (
+        f"open triangles: values outside [{ylim[0]:g}, {ylim[1]:g}], drawn at the edge"
+        if clipped
+        else None
+    )
     if max(map(len, names), default=0) > 32 or len(names) > 4:  # long names: below, wrapped
+        # the note heads the legend there: as a second footer it would overlap it
         figure.legend(handles, [wrap_label(n, 40) for n in names], loc="outside lower center",
-                      ncols=min(len(names), 3), frameon=False, fontsize="small")  # fmt: skip
+                      ncols=min(len(names), 3), frameon=False, fontsize="small",
+                      title=note, title_fontsize="small")  # fmt: skip
     else:
         axes[0].legend(frameon=False)
-    if clipped:
-        figure.supxlabel(
-            f"open triangles: values outside [{ylim[0]:g}, {ylim[1]:g}], drawn at the edge",
-            fontsize="small",
-        )
+        if note:
+            figure.supxlabel(note, fontsize="small")
     return figure
 
 

@@ -210,6 +210,12 @@ class DemoRun:
     zoo_name: str | None = None
 
     @property
+    def figure_label(self) -> str:
+        """The label of the group figures, where a variant's zoo seeds are drawn together."""
+        name = VARIANT_NAMES[self.variant]
+        return f"{name} (zoo)" if self.zoo_name else f"{name} (live)"
+
+    @property
     def label(self) -> str:
         name = VARIANT_NAMES[self.variant]
         if self.zoo_name:
@@ -307,9 +313,14 @@ def run_demo(
         drawn = {}
         for name, group in (("zoo", converged), ("live", live)):
             if group:
-                labels = {run.label: run.path for run in group}
+                # a variant's zoo seeds as one entry: their mean ± std (one line, one bar)
+                by_label: dict[str, list[DemoRun]] = {}
+                for run in group:
+                    by_label.setdefault(run.figure_label, []).append(run)
+                labels = {label: [run.path for run in runs] for label, runs in by_label.items()}
                 curves = metric_curves(labels, ylim=(-1.0, 1.0))
-                named = {run.label: results[run.path] for run in group}
+                named = {label: [results[run.path] for run in runs]
+                         for label, runs in by_label.items()}  # fmt: skip
                 drawn[name] = (
                     save_figure(curves, root / "figures" / f"r2_{name}")[0],
                     save_figure(structure_scores(named), root / "figures" / f"structure_{name}")[0],
@@ -397,6 +408,7 @@ def _outcome(title: str, group: list[DemoRun], results: dict[Path, dict], figure
     """One group's table (zoo or live), its ranking (over seeds for the zoo's models), the
     notes and its two figures."""
     probes = [results[run.path] for run in group]
+    over_seeds = f", mean ± std over {len(ZOO_SEEDS)} seeds" if group[0].zoo_name else ""
     if group[0].zoo_name:
         by_variant: dict[str, list[float]] = {}
         for run, probe in zip(group, probes, strict=True):
@@ -437,8 +449,10 @@ def _outcome(title: str, group: list[DemoRun], results: dict[Path, dict], figure
             *filter(None, [constant_code_note(constant)]),
         ],
         table=table,
-        figures=[(figures[0], "R² over training per split (y-axis clipped to [-1, 1])"),
-                 (figures[1], "clustering and topographic similarity of the latent codes")],
+        figures=[(figures[0], f"R² over training per split{over_seeds} (y-axis clipped to "
+                              "[-1, 1])"),
+                 (figures[1], f"clustering and topographic similarity of the latent codes"
+                              f"{over_seeds}")],
     )  # fmt: skip
 
 

@@ -173,6 +173,27 @@ def test_values_beyond_ylim_are_marked_on_the_edge_not_hidden(tmp_path: Path) ->
     assert len(unclipped.axes[0].lines) == 1 and unclipped.get_supxlabel() == ""
 
 
+def test_a_seed_band_is_drawn_only_where_its_mean_is_within_ylim(tmp_path: Path) -> None:
+    """Seeds far apart early (an untrained model's R² far below the axis would otherwise
+    paint it): r2 = shift + step/100 with shifts -2.0 and 0.0 has means -0.9, -0.8 and
+    -0.7 at steps 10, 20 and 30; with ylim (-0.85, 1) the first lies outside."""
+    seeds = [write_run(tmp_path / "a", -2.0), write_run(tmp_path / "b", 0.0)]
+    figure = metric_curves({"hyla": seeds}, "r2", ylim=(-0.85, 1.0))
+    (band,) = figure.axes[0].collections
+    assert band.get_paths()[0].vertices[:, 0].min() == 20  # no band at step 10
+    assert "values outside [-0.85, 1]" in figure.get_supxlabel()
+
+
+def test_the_edge_note_heads_a_legend_drawn_below_the_panels(tmp_path: Path) -> None:
+    """Five runs put the legend below the panels; the note on clipped values then heads it
+    instead of being a second footer over it."""
+    runs = {f"run {i}": write_run(tmp_path / str(i), -2.0 if i == 0 else 0.0) for i in range(5)}
+    figure = metric_curves(runs, "r2", ylim=(-1.0, 1.0))
+    (legend,) = figure.legends
+    assert "values outside [-1, 1]" in legend.get_title().get_text()
+    assert figure.get_supxlabel() == ""
+
+
 def test_translation_quality_curves_plot_cter_and_bleu_of_each_run(tmp_path: Path) -> None:
     runs = {}
     for index, label in enumerate(("baseline", "fusion")):
