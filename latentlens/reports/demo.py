@@ -1,11 +1,12 @@
 """``latentlens demo``: from nothing to a report, on a CPU, in minutes.
 
 Probes the latent codes (docs/methods/probes.md) of converged softmax, linear and HYLA
-models from the zoo (:mod:`latentlens.zoo`: Table A1's fuzzy logic, 50,000 steps) and of
-one model it trains live at a small size, to show the training path; draws the figures and
-writes ``report.md`` and ``report.html`` saying which models came from where and what their
-codes carry, beside the paper's numbers, with one copy of plotly.js (``plotly.min.js``) for
-the report and every interactive figure of its runs. Without the zoo (``zoo=False``), it
+models, three seeds each, from the zoo (:mod:`latentlens.zoo`: Table A1's fuzzy logic,
+50,000 steps; the variants ranked over their seeds) and of one model it trains live at a
+small size, to show the training path; draws the figures and writes ``report.md`` and
+``report.html`` saying which models came from where and what their codes carry, beside
+the paper's numbers, with one copy of plotly.js (``plotly.min.js``) for the report and
+every interactive figure of its runs. Without the zoo (``zoo=False``), it
 trains all three variants live, as before the zoo existed.
 """
 
@@ -408,14 +409,15 @@ def _outcome(title: str, group: list[DemoRun], results: dict[Path, dict], figure
     """One group's table (zoo or live), its ranking (over seeds for the zoo's models), the
     notes and its two figures."""
     probes = [results[run.path] for run in group]
-    over_seeds = f", mean ± std over {len(ZOO_SEEDS)} seeds" if group[0].zoo_name else ""
     if group[0].zoo_name:
+        over_seeds = f", mean ± std over {len(ZOO_SEEDS)} seeds"
         by_variant: dict[str, list[float]] = {}
         for run, probe in zip(group, probes, strict=True):
             name = VARIANT_NAMES[run.variant]
             by_variant.setdefault(name, []).append(probe["evaluation"]["test"]["r2"])
         ranking = seed_ranking_sentence(by_variant)
     else:
+        over_seeds = ""
         ranking = ranking_sentence(
             {run.label: (p["evaluation"]["test"]["r2"], p["evaluation"]["test"]["r2_se"])
              for run, p in zip(group, probes, strict=True)}
