@@ -62,7 +62,7 @@ def probed_lines(out: Path, size: str, seeds: int) -> list[str]:
         recorded_seconds(out.parent),
         probed,
         (),
-        which=f"the {kept} runs (the runs whose weights were kept: the zoo's)",
+        which=f"the {kept} runs, whose weights were kept as the zoo's",
     )
     notes = [
         f"- {label} s{seed}: {note['message']}"
