@@ -14,7 +14,6 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from latentlens.figures import metric_curves, save_figure
 from latentlens.training import RunDirectory
 from reproduction import fuzzy_logic_a1_section as a1
 from reproduction.fuzzy_logic_section import VARIANTS, final_r2
@@ -35,11 +34,9 @@ def report(out: Path, size: str, seeds: int, device: str, figures: Path) -> str:
     lines += wall_time_lines(out, seeds)
     lines += a1.elsewhere_lines(out, seeds)
     lines += probed_lines(out, size, seeds)
-    curves = {label: out / f"{variant}-s0" for variant, label in VARIANTS.items()}
-    save_figure(metric_curves(curves, metric="r2", ylim=(-1.0, 1.0)),
-                figures / "fuzzy-logic-a1-cpu-curves", ("png",))  # fmt: skip
-    lines += ["", f"![R² over training, seed 0, every run eager]({figures.name}/"
-              "fuzzy-logic-a1-cpu-curves.png)"]  # fmt: skip
+    lines += a1.seed0_curve_lines(
+        out, figures, "fuzzy-logic-a1-cpu-curves", "R² over training, seed 0, every run eager"
+    )
     return "\n".join(lines)
 
 

@@ -69,11 +69,16 @@ def report(out: Path, size: str, seeds: int, device: str, figures: Path) -> str:
                                VARIANTS, PAIRS)  # fmt: skip
     lines += eager_check_lines(out)
     lines += elsewhere_lines(out, seeds)
-    curves = {label: out / f"{variant}-s0" for variant, label in VARIANTS.items()}
-    save_figure(metric_curves(curves, metric="r2", ylim=(-1.0, 1.0)),
-                figures / "fuzzy-logic-a1-curves", ("png",))  # fmt: skip
-    lines += ["", f"![R² over training, seed 0]({figures.name}/fuzzy-logic-a1-curves.png)"]
+    lines += seed0_curve_lines(out, figures, "fuzzy-logic-a1-curves", "R² over training, seed 0")
     return "\n".join(lines)
+
+
+def seed0_curve_lines(out: Path, figures: Path, stem: str, caption: str) -> list[str]:
+    """Seed 0's R² curves of every variant drawn to ``figures/stem.png``, and the lines
+    that show it."""
+    curves = {label: out / f"{variant}-s0" for variant, label in VARIANTS.items()}
+    save_figure(metric_curves(curves, metric="r2", ylim=(-1.0, 1.0)), figures / stem, ("png",))
+    return ["", f"![{caption}]({figures.name}/{stem}.png)"]
 
 
 def r2_lines(out: Path, size: str, seeds: int) -> list[str]:
