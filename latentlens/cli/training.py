@@ -122,6 +122,12 @@ def add_train_parser(commands: argparse._SubParsersAction) -> None:
         help="torch.compile the train step (on the CPU: C++ kernels, needs a C++ compiler)",
     )
     train.add_argument(
+        "--fused",
+        action="store_true",
+        help="compute attention and the MLP's GELU with latentlens's fused CPU kernels (C, "
+        "built on first use; float32, the same step to rounding; needs a C compiler)",
+    )
+    train.add_argument(
         "--cuda-graphs",
         action="store_true",
         help="capture the whole train step (data, forward, backward, AdamW) in one CUDA graph",
@@ -292,6 +298,7 @@ def run_train(args: argparse.Namespace) -> int:
         compile=args.compile,
         cuda_graphs=args.cuda_graphs,
         time_budget=args.time_budget,
+        fused=args.fused,
     )
     if args.time_budget is not None and not args.time_budget > 0:
         raise ValueError(f"--time-budget {args.time_budget} is invalid: give seconds > 0")

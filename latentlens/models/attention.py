@@ -31,6 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from latentlens.kernels.attention_core import fused_attention_core, supports
 from latentlens.models.config import AttentionConfig
 from latentlens.models.hooked import HookPoint
 from latentlens.models.init import embedding_normal_, lecun_normal_
@@ -73,9 +74,14 @@ class Attention(nn.Module):
             if cfg.relative_position
             else None
         )
+        self.activation_name = cfg.activation if cfg.value_network == "mlp" else None
         self.activation = (
             ACTIVATION_FUNCTIONS[cfg.activation] if cfg.value_network == "mlp" else None
         )
+        # Set by latentlens.kernels.use_fused_kernels: compute the core with the fused CPU
+        # kernel where it applies (the same attention to float32 rounding).
+        self.fused = False
+        self.fused_core_supported = supports(cfg.normalization, self.activation_name)
         self.hook_q = HookPoint()
         self.hook_k = HookPoint()
         self.hook_v = HookPoint()
@@ -148,6 +154,22 @@ class Attention(nn.Module):
             q, k, v = self._project(x, kv)
         batch, q_len, k_len = q.shape[0], q.shape[1], k.shape[1]
         q, k, v = self.hook_q(q), self.hook_k(k), self.hook_v(v)
+        if key_mask is None and self._fused_core_applies(q):
+            bias = None if self.rel_pos is None else self.rel_pos(q_len, k_len, query_start)
+            drop = self._dropout_factors(q_len, k_len, x.device, q.dtype)
+            z = fused_attention_core(
+                q,
+                k,
+                v,
+                bias,
+                None if drop is None else drop[0, 0],
+                normalization=cfg.normalization,
+                activation=cfg.activation,
+                causal=cfg.causal,
+                query_start=query_start,
+                eps=cfg.rms_eps,
+            )
+            return self._output(z)
 
         # Scaling q ([.., d_head] per head) costs less than scaling the [.., key] scores.
         scores = torch.einsum("bqhd,bkhd->bhqk", q * cfg.d_head**-0.5, k)
@@ -160,10 +182,9 @@ class Attention(nn.Module):
         scores = self.hook_attn_scores(scores)
 
         pattern = self.hook_pattern(self._normalize(scores))
-        if self.training and cfg.dropout > 0:
-            # One dropout mask [1, 1, query, key] shared by the batch and all heads.
-            keep = torch.rand(1, 1, q_len, k_len, device=x.device) >= cfg.dropout
-            pattern = pattern * (keep.to(pattern.dtype) / (1.0 - cfg.dropout))
+        drop = self._dropout_factors(q_len, k_len, x.device, pattern.dtype)
+        if drop is not None:
+            pattern = pattern * drop
 
         if self.activation is None:
             z = torch.einsum("bhqk,bkhd->bqhd", pattern, v)
@@ -171,8 +192,41 @@ class Attention(nn.Module):
             mixed = self.hook_vnet_pre(torch.einsum("bhqk,bkhd->bqkd", pattern, v))
             mixed = self.hook_vnet_post(self.activation(mixed))
             z = torch.einsum("bhqk,bqkd->bqhd", pattern, mixed)
+        return self._output(z)
+
+    def _output(self, z: torch.Tensor) -> torch.Tensor:
+        """``W^O concat_h z + b^O`` ``[batch, query_pos, d_model]`` of z ``[batch,
+        query_pos, head, d_head_v]`` (through ``hook_z``)."""
         z = self.hook_z(z)
         return torch.einsum("bqhd,hdm->bqm", z, self.W_O) + self.b_O
+
+    def _dropout_factors(
+        self, q_len: int, k_len: int, device: torch.device, dtype: torch.dtype
+    ) -> torch.Tensor | None:
+        """One dropout mask ``[1, 1, query, key]`` shared by the batch and all heads, as
+        the factors keep / (1 - p) the pattern is multiplied by; None when not dropping."""
+        if not (self.training and self.cfg.dropout > 0):
+            return None
+        keep = torch.rand(1, 1, q_len, k_len, device=device) >= self.cfg.dropout
+        return keep.to(dtype) / (1.0 - self.cfg.dropout)
+
+    def _fused_core_applies(self, q: torch.Tensor) -> bool:
+        """Whether this pass takes the fused CPU kernel (:attr:`fused` set, see
+        :mod:`latentlens.kernels.attention_core`): float32 on the CPU, an attention the
+        kernel computes, no hook on the core's intermediates, not under autocast or
+        torch.compile."""
+        inner = (self.hook_attn_scores, self.hook_pattern)
+        if self.cfg.value_network == "mlp":
+            inner += (self.hook_vnet_pre, self.hook_vnet_post)
+        return (
+            self.fused
+            and q.device.type == "cpu"
+            and q.dtype == torch.float32
+            and self.fused_core_supported
+            and not any(h._forward_hooks or h._backward_hooks for h in inner)
+            and not torch.is_autocast_enabled("cpu")
+            and not torch.compiler.is_compiling()
+        )
 
     def _project(
         self, x: torch.Tensor, kv: torch.Tensor, query_start: int = 0

@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from latentlens.kernels.gelu_tanh import fused_gelu_tanh
 from latentlens.models.attention import Attention
 from latentlens.models.config import AttentionConfig, TransformerConfig
 from latentlens.models.hooked import HookedModel, HookPoint
@@ -41,11 +42,21 @@ class MLP(nn.Module):
         self.fc_out = init_linear_(nn.Linear(d_mlp, d_model))
         self.hook_pre = HookPoint()
         self.hook_post = HookPoint()
+        # Set by latentlens.kernels.use_fused_kernels: the GELU on the fused CPU kernel
+        # (the same function to float32 rounding) for float32 CPU tensors.
+        self.fused = False
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``[batch, pos, d_model] -> [batch, pos, d_model]``."""
-        hidden = self.hook_post(F.gelu(self.hook_pre(self.fc_in(x)), approximate="tanh"))
-        return self.fc_out(hidden)
+        pre = self.hook_pre(self.fc_in(x))
+        fused = (
+            self.fused
+            and pre.device.type == "cpu"
+            and pre.dtype == torch.float32
+            and not torch.compiler.is_compiling()
+        )
+        hidden = fused_gelu_tanh(pre) if fused else F.gelu(pre, approximate="tanh")
+        return self.fc_out(self.hook_post(hidden))
 
 
 class TransformerBlock(nn.Module):

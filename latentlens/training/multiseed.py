@@ -60,11 +60,16 @@ def seed_configs(config: dict[str, Any], seeds: Sequence[int]) -> list[dict[str,
 
 
 def check_group_options(
-    config: dict[str, Any], device: str, compile: bool, cuda_graphs: bool
+    config: dict[str, Any], device: str, compile: bool, cuda_graphs: bool, fused: bool = False
 ) -> None:
     """The group's refusals, made before any run directory is written or truncated."""
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         raise ValueError("several seeds train in one process: run them without torchrun")
+    if fused:
+        raise ValueError(
+            "--fused kernels do not run inside a seed group's vmapped step; drop --seeds "
+            "and train the seeds one per core (latentlens sweep, or one train per seed)"
+        )
     task_cls = TASKS[config["task"]["name"]][0]
     attention = config["model"].get("attention")
     check_cuda_options(resolve_device(device), task_cls, compile, cuda_graphs, False, attention)
@@ -193,7 +198,9 @@ class SeedGroup:
         ``runtime`` as for :class:`Trainer` (``device``, ``quiet``)."""
         if len(run_dirs) != len(configs):
             raise ValueError(f"{len(run_dirs)} run directories for {len(configs)} configs")
-        check_group_options(configs[0], runtime.get("device", "auto"), compile, cuda_graphs)
+        check_group_options(
+            configs[0], runtime.get("device", "auto"), compile, cuda_graphs, runtime.get("fused")
+        )
         taken = [str(run) for run in run_dirs if RunDirectory(run).config_path.exists()]
         if taken:  # checked before any directory is written
             raise ValueError(f"{taken} already hold runs; choose other run directories")
@@ -221,7 +228,9 @@ class SeedGroup:
         continue from the newest step all of them hold, the ones ahead rewound to it."""
         if run_dirs:
             stored = RunDirectory(run_dirs[0]).read_config()
-            check_group_options(stored, runtime.get("device", "auto"), compile, cuda_graphs)
+            check_group_options(
+                stored, runtime.get("device", "auto"), compile, cuda_graphs, runtime.get("fused")
+            )
         callbacks = callbacks or [()] * len(run_dirs)
         common = common_checkpoint(run_dirs)
         trainers = []

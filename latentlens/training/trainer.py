@@ -25,6 +25,7 @@ import torch
 from latentlens import __version__
 from latentlens.allocator import keep_freed_memory
 from latentlens.devices import resolve_device
+from latentlens.kernels import use_fused_kernels
 from latentlens.models import (
     MODEL_KINDS,
     HookedModel,
@@ -153,6 +154,21 @@ def cpp_compiler() -> str | None:
     return next((found for name in names if (found := shutil.which(name))), None)
 
 
+def use_fused_kernels_on_cpu(model: torch.nn.Module, device: torch.device) -> None:
+    """``--fused``: the model's attention cores on the fused CPU kernel (float32, to
+    rounding the same step); refused where it cannot apply."""
+    if device.type != "cpu":
+        raise ValueError(
+            f"--fused computes attention with CPU kernels; the run is on {device.type}: drop "
+            "--fused (on CUDA, --compile or --cuda-graphs speed up the step)"
+        )
+    if not use_fused_kernels(model):
+        raise ValueError(
+            "--fused has no kernel for this model's attention (it covers the transformer's "
+            "softmax, linear and HYLA attention with relu or identity values); drop --fused"
+        )
+
+
 def warn_if_bf16_is_emulated() -> None:
     """bf16 on a CPU without bfloat16 arithmetic (AVX-512 BF16 or AMX) is emulated: a step
     ran 10x slower than float32 on a 2-core AVX2 machine (docs/benchmarks.md)."""
@@ -217,6 +233,7 @@ class Trainer:
         cuda_graphs: bool = False,
         callbacks: Sequence[Callback] = (),
         time_budget: float | None = None,
+        fused: bool = False,
     ) -> None:
         self.run_dir = run_dir
         self.config = config
@@ -263,6 +280,13 @@ class Trainer:
         )
         if self.train_cfg.precision == "bf16" and self.device.type == "cpu":
             warn_if_bf16_is_emulated()
+        if fused and compile:
+            raise ValueError(
+                "--fused and --compile exclude each other (a compiled step ignores the fused "
+                "kernel); keep the one that measures faster for this model"
+            )
+        if fused:
+            use_fused_kernels_on_cpu(self.model, self.device)
         # Hooks added after compilation are ignored: compile only the hook-free train path
         # (the objective wraps the model; the model itself stays eager for analyses).
         objective: torch.nn.Module = TrainingObjective(self.model, self.task)

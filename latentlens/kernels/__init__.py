@@ -1,0 +1,28 @@
+"""Fused CPU kernels, built from C on first use (:mod:`latentlens.kernels.build`).
+
+:func:`use_fused_kernels` switches a model's attention layers to the fused attention core
+(:mod:`latentlens.kernels.attention_core`) wherever it applies, and its MLPs' tanh GELU
+to :mod:`latentlens.kernels.gelu_tanh`: training's ``--fused``.
+"""
+
+from __future__ import annotations
+
+from torch import nn
+
+from latentlens.kernels import attention_core, gelu_tanh
+
+
+def use_fused_kernels(model: nn.Module, on: bool = True) -> int:
+    """Compute ``model``'s attention cores and its transformer MLPs' GELUs with the fused
+    CPU kernels (``on``) or with PyTorch's ops; returns how many attention layers can take
+    theirs. Builds the kernels now (a second or two, once per machine), so that a missing
+    compiler fails here."""
+    from latentlens.models.attention import Attention  # the models import this package
+    from latentlens.models.transformer import MLP
+
+    layers = [m for m in model.modules() if isinstance(m, (Attention, MLP))]
+    if on and layers:
+        attention_core.library(), gelu_tanh.library()
+    for layer in layers:
+        layer.fused = on
+    return sum(getattr(layer, "fused_core_supported", False) for layer in layers)

@@ -1,0 +1,112 @@
+"""Builds the package's C kernels into shared libraries the first time they are used.
+
+A kernel is one C file beside this module (with the headers beside it), compiled with the
+system's C compiler for the machine it runs on (``-march=native``) and loaded with
+:mod:`ctypes`. The library is
+cached under ``$LATENTLENS_CACHE`` (default ``~/.cache/latentlens``) in a folder named by
+the hash of the source, the flags, the compiler and the CPU, so an edited kernel or another
+machine sharing the home directory builds its own; it is written to a temporary name and
+renamed, so concurrent first uses never load a half-written file.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from functools import cache
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+# Contracted multiply-adds and vectorised loops; no -ffast-math (it reorders reductions
+# and, linked into a library by gcc before 13, flushes denormals for the whole process).
+FLAGS = (
+    "-O3",
+    "-march=native",
+    "-fopenmp-simd",
+    "-fno-math-errno",
+    "-fno-trapping-math",
+    "-fPIC",
+    "-shared",
+)
+
+
+def c_compiler() -> str | None:
+    """The C compiler the kernels are built with ($CC, else gcc, cc or clang)."""
+    names = [os.environ["CC"]] if os.environ.get("CC") else ["gcc", "cc", "clang"]
+    return next((found for name in names if (found := shutil.which(name))), None)
+
+
+def cache_folder() -> Path:
+    return Path(os.environ.get("LATENTLENS_CACHE", Path.home() / ".cache" / "latentlens"))
+
+
+def cpu_identity() -> str:
+    """What ``-march=native`` compiles for: the CPU's model and flags."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return platform.processor() or platform.machine()
+    wanted = ("model name", "flags")
+    return "\n".join(sorted({line for line in lines if line.startswith(wanted)}))
+
+
+def split(total: int, function: Callable[[int, int, int], object]) -> None:
+    """Call ``function(part, start, stop)`` over ``[0, total)`` cut into as many contiguous
+    slices as torch has threads, the slices at once (a ctypes call releases the GIL)."""
+    threads = max(1, min(torch.get_num_threads(), total))
+    bounds = [total * part // threads for part in range(threads + 1)]
+    if threads == 1:
+        function(0, 0, total)
+        return
+    jobs = [pool(threads).submit(function, part, bounds[part], bounds[part + 1])
+            for part in range(threads)]  # fmt: skip
+    for job in jobs:
+        job.result()
+
+
+@cache
+def pool(threads: int) -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(threads, thread_name_prefix="latentlens-kernel")
+
+
+@cache
+def load(name: str) -> ctypes.CDLL:
+    """The shared library of kernel ``name`` (``name.c`` beside this module), built on
+    first use. Raises RuntimeError naming the fix when no C compiler is found."""
+    compiler = c_compiler()
+    if compiler is None:
+        raise RuntimeError(
+            "latentlens's fused CPU kernels are built with a C compiler and none was found "
+            "(gcc, cc or clang, or $CC); install one (e.g. apt install gcc) or train "
+            "without --fused"
+        )
+    sources = [(HERE / f"{name}.c").read_bytes()]
+    sources += [header.read_bytes() for header in sorted(HERE.glob("*.h"))]
+    setting = [" ".join(FLAGS), compiler, cpu_identity()]
+    key = hashlib.sha256(b"\0".join([*sources, *map(str.encode, setting)])).hexdigest()[:16]
+    library = cache_folder() / "kernels" / key / f"{name}.so"
+    if not library.exists():
+        library.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=library.parent) as scratch:
+            built = Path(scratch) / library.name
+            result = subprocess.run(
+                [compiler, *FLAGS, "-I", str(HERE), "-o", str(built), str(HERE / f"{name}.c")],
+                capture_output=True,
+                text=True,
+            )
+            if result.returncode:
+                raise RuntimeError(
+                    f"building the fused CPU kernel {name}.c with {compiler} failed; train "
+                    f"without --fused, or report this output:\n{result.stderr.strip()}"
+                )
+            os.replace(built, library)
+    return ctypes.CDLL(str(library))

@@ -1,0 +1,162 @@
+"""The fused attention core against the equations (float64, written out pair by pair) and
+against :class:`~latentlens.models.attention.Attention`'s PyTorch path, forward and
+backward. Tolerances: the kernel computes in float32 and sums in another order than
+PyTorch, so results agree to float32 rounding accumulated over a few dozen terms
+(relative 1e-5 of the largest entry)."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+from latentlens.kernels import use_fused_kernels
+from latentlens.kernels.attention_core import fused_attention_core
+from latentlens.models import AttentionConfig
+from latentlens.models.attention import Attention
+
+TOLERANCE = dict(rtol=1e-5, atol=1e-5)
+
+
+def reference(q, k, v, bias, drop, normalization, activation, causal, query_start, eps):
+    """z [batch, query, head, e] from the equations, one (query, key) pair at a time."""
+    batch, queries, heads, d_head = q.shape
+    keys = k.shape[1]
+    z = torch.zeros(batch, queries, heads, v.shape[-1], dtype=q.dtype)
+    for i in range(queries):
+        seen = [j for j in range(keys) if not causal or j <= query_start + i]
+        scores = torch.stack(
+            [(q[:, i] * k[:, j]).sum(-1) / d_head**0.5 for j in seen], -1
+        )  # [batch, head, seen]
+        if bias is not None:
+            scores = scores + bias[:, i, seen]
+        if normalization == "softmax":
+            a = scores.softmax(-1)
+        elif normalization == "rms_head":
+            a = scores / (scores.square().mean(1, keepdim=True) + eps).sqrt()
+        else:
+            a = scores
+        if drop is not None:
+            a = a * drop[i, seen]
+        for n, j in enumerate(seen):
+            weight = a[:, :, n, None]  # [batch, head, 1]
+            if activation is None:
+                z[:, i] += weight * v[:, j]
+            else:
+                u = (weight * v[:, j]).sum(1)  # [batch, e]
+                phi = u.relu() if activation == "relu" else u
+                z[:, i] += weight * phi[:, None]
+    return z
+
+
+CASES = list(itertools.product(["softmax", "rms_head", "none"], [None, "relu", "identity"]))
+
+
+@pytest.mark.parametrize(("normalization", "activation"), CASES)
+@pytest.mark.parametrize(("causal", "bias", "dropout"), [(False, True, True), (True, False, False)])
+def test_the_kernel_computes_the_equations(normalization, activation, causal, bias, dropout):
+    gen = torch.Generator().manual_seed(0)
+    batch, queries, keys, heads, d_head, d_value = 3, 4, 6, 3, 2, 3
+    query_start = keys - queries
+    tensors = [
+        torch.randn(batch, queries, heads, d_head, generator=gen),
+        torch.randn(batch, keys, heads, d_head, generator=gen),
+        torch.randn(batch, keys, heads, d_value, generator=gen),
+        torch.randn(heads, queries, keys, generator=gen) if bias else None,
+        (torch.rand(queries, keys, generator=gen) > 0.3) / 0.7 if dropout else None,
+    ]
+    options = dict(normalization=normalization, activation=activation, causal=causal,
+                   query_start=query_start, eps=1e-6)  # fmt: skip
+    ours = [t.clone().requires_grad_(i < 4) if t is not None else None
+            for i, t in enumerate(tensors)]  # fmt: skip
+    exact = [t.double().requires_grad_(i < 4) if t is not None else None
+             for i, t in enumerate(tensors)]  # fmt: skip
+    z = fused_attention_core(*ours, **options)
+    z_exact = reference(*exact, **options)
+    torch.testing.assert_close(z.double(), z_exact.detach(), **TOLERANCE)
+    dz = torch.randn(z.shape, generator=gen)
+    z.backward(dz)
+    z_exact.backward(dz.double())
+    for name, mine, theirs in zip("qkvb", ours, exact, strict=False):
+        if mine is not None:
+            torch.testing.assert_close(mine.grad.double(), theirs.grad, **TOLERANCE, msg=name)
+
+
+@pytest.mark.parametrize(("normalization", "activation"), CASES)
+def test_a_fused_layer_trains_as_the_pytorch_layer(normalization, activation) -> None:
+    """Table A1's head size (2) and every option the model's layers use: relative
+    positions, dropout (the same mask: both draw it alike), a query slice (the last
+    layer's ``query_start``), several threads."""
+    value_network = "linear" if activation is None else "mlp"
+    cfg = AttentionConfig(d_model=32, n_heads=8, qk_dim=16, v_dim=16,
+                          normalization=normalization, value_network=value_network,
+                          activation=activation, relative_position=True,
+                          num_buckets=16, max_distance=16, dropout=0.1)  # fmt: skip
+    torch.manual_seed(0)
+    layer = Attention(cfg).train()
+    x = torch.randn(5, 12, 32, requires_grad=True)
+    for query_start, threads in [(0, 1), (11, 2), (4, 3)]:
+        runs = []
+        for fused in (False, True):
+            layer.fused = fused
+            layer.zero_grad()
+            x.grad = None
+            torch.manual_seed(1)
+            with torch_threads(threads):
+                out = layer(x, query_start=query_start)
+                out.backward(torch.linspace(-1, 1, out.numel()).view_as(out))
+            grads = {name: p.grad.clone() for name, p in layer.named_parameters()}
+            runs.append((out.detach(), x.grad.clone(), grads))
+        (out, dx, grads), (fused_out, fused_dx, fused_grads) = runs
+        assert_close_to_largest(fused_out, out, "out")
+        assert_close_to_largest(fused_dx, dx, "x.grad")
+        for name, grad in grads.items():
+            assert_close_to_largest(fused_grads[name], grad, name)
+
+
+def assert_close_to_largest(ours: torch.Tensor, theirs: torch.Tensor, name: str) -> None:
+    """Within 1e-5 of the largest entry's magnitude (at least 1: b_K's gradient under
+    softmax is 0 up to rounding, a shift of every score of a query). The rms
+    normalisation divides by scores' RMS across heads, which can be small: both float32
+    paths then sit ~5e-7 of the largest entry from float64, on gradients up to ~100."""
+    scale = max(theirs.abs().max().item(), 1.0)
+    torch.testing.assert_close(ours / scale, theirs / scale, **TOLERANCE, msg=name)
+
+
+class torch_threads:
+    def __init__(self, threads: int):
+        self.threads = threads
+
+    def __enter__(self):
+        self.before = torch.get_num_threads()
+        torch.set_num_threads(self.threads)
+
+    def __exit__(self, *exc):
+        torch.set_num_threads(self.before)
+
+
+def test_a_hook_on_the_core_sees_the_pytorch_path() -> None:
+    """A hook on the scores, the pattern or the value network's hidden units needs them
+    computed: the layer then takes PyTorch's path (a cached pattern is the real one)."""
+    cfg = AttentionConfig(d_model=16, n_heads=4, qk_dim=8, v_dim=8, normalization="rms_head",
+                          value_network="mlp", activation="relu")  # fmt: skip
+    layer = Attention(cfg).eval()
+    use_fused_kernels(layer)
+    x = torch.randn(2, 5, 16)
+    seen = []
+    layer.hook_pattern.add_hook(lambda t, hook: seen.append(t.shape))
+    hooked = layer(x)
+    layer.hook_pattern.remove_hooks()
+    fused = layer(x)
+    assert seen == [torch.Size([2, 4, 5, 5])]
+    torch.testing.assert_close(fused, hooked, **TOLERANCE)
+
+
+def test_a_padding_mask_takes_the_pytorch_path() -> None:
+    cfg = AttentionConfig(d_model=16, n_heads=4, qk_dim=8, v_dim=8)
+    layer = Attention(cfg).eval()
+    x, mask = torch.randn(2, 5, 16), torch.tensor([[True] * 5, [True] * 3 + [False] * 2])
+    plain = layer(x, key_mask=mask)
+    use_fused_kernels(layer)
+    torch.testing.assert_close(layer(x, key_mask=mask), plain, rtol=0, atol=0)

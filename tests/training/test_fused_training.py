@@ -1,0 +1,78 @@
+"""``--fused`` (the fused CPU kernels of :mod:`latentlens.kernels`): a run trains as its
+PyTorch step does, to float32 rounding. Dropout stays on: both paths draw the same masks
+from the global generator, reseeded alike. Over 12 AdamW steps, rounding differences of
+~1e-7 relative grow as training amplifies them, so losses and weights are compared at 1e-4
+relative."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from latentlens.kernels import build
+from latentlens.training import SeedGroup, Trainer, seed_configs
+from tests.training.test_trainer import tiny_config
+
+TOLERANCE = dict(rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("attention", ["softmax", "linear", "hyla"])
+def test_a_fused_run_trains_as_the_pytorch_run(tmp_path: Path, attention: str) -> None:
+    config = tiny_config(steps=20, attention=attention)
+    plain = Trainer.create(tmp_path / "plain", config, device="cpu", quiet=True)
+    fused = Trainer.create(tmp_path / "fused", config, device="cpu", quiet=True, fused=True)
+    assert all(layer.attn.fused and layer.mlp.fused for layer in fused.model.blocks)
+    torch.manual_seed(1)  # dropout draws from the global generator: the same masks
+    fused_losses = torch.stack([fused.train_step().detach() for _ in range(12)])
+    torch.manual_seed(1)
+    plain_losses = torch.stack([plain.train_step().detach() for _ in range(12)])
+    torch.testing.assert_close(fused_losses, plain_losses, **TOLERANCE)
+    weights = fused.model.state_dict()
+    for name, weight in plain.model.state_dict().items():
+        if attention == "softmax" and name.endswith("attn.b_K"):
+            # its gradient is 0 up to rounding (it shifts all of a query's scores alike),
+            # which AdamW's normalised step turns into lr-sized moves on either path
+            continue
+        torch.testing.assert_close(weights[name], weight, **TOLERANCE, msg=name)
+    assert fused.evaluate("test", examples=64)["r2"] == pytest.approx(
+        plain.evaluate("test", examples=64)["r2"], rel=1e-4, abs=1e-5
+    )
+
+
+def test_fused_is_refused_where_it_cannot_apply(tmp_path: Path) -> None:
+    config = tiny_config()
+    with pytest.raises(ValueError, match="--fused and --compile exclude each other"):
+        Trainer.create(tmp_path / "a", config, device="cpu", quiet=True, fused=True,
+                       compile=True)  # fmt: skip
+    runs = [tmp_path / "s0", tmp_path / "s1"]
+    with pytest.raises(ValueError, match="drop --seeds"):
+        SeedGroup.create(runs, seed_configs(config, [0, 1]), device="cpu", quiet=True,
+                         fused=True)  # fmt: skip
+    assert not any(path.exists() for path in [tmp_path / "a", *runs])
+
+
+def test_fused_without_a_c_compiler_is_a_one_line_error(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("LATENTLENS_CACHE", str(tmp_path / "cache"))  # nothing built there
+    monkeypatch.setattr(build, "c_compiler", lambda: None)
+    build.load.cache_clear()
+    try:
+        message = "C compiler and none was found .* or train without --fused"
+        with pytest.raises(RuntimeError, match=message):
+            build.load("gelu_tanh")
+    finally:
+        build.load.cache_clear()
+
+
+def test_train_fused_from_the_command_line(tmp_path: Path, capsys) -> None:
+    from latentlens.cli import main
+
+    flags = ["train", "--task", "fuzzy-logic", "--attention", "hyla", "--d-model", "16",
+             "--steps", "4", "--warmup-steps", "1", "--eval-every", "2", "--device", "cpu",
+             "--quiet", "--fused"]  # fmt: skip
+    assert main([*flags, "--run-dir", str(tmp_path / "run")]) == 0
+    assert (tmp_path / "run" / "config.json").is_file()
+    assert main([*flags, "--seeds", "0", "1", "--run-dir", str(tmp_path / "group")]) == 2
+    err = capsys.readouterr().err
+    assert "drop --seeds" in err and "Traceback" not in err
