@@ -22,11 +22,13 @@ configuration (2 features of 5 values, T = 18, D = 64, 2 layers, batch 64);
 4 layers, batch 128).
 
 Modes of latentlens's step: ``eager`` (the default); ``compile`` (the training objective
-compiled by inductor's C++ backend, ``train --compile``); ``bf16`` (bfloat16 autocast,
+compiled by inductor's C++ backend, ``train --compile``); ``fused`` (the fused CPU
+kernels of ``latentlens.kernels``, ``train --fused``); ``bf16`` (bfloat16 autocast,
 ``--precision bf16``, a precision choice); ``seeds`` (``--group`` seeds in one vmapped step,
-``--seeds``, counted as seed-steps/s: the throughput of a seed sweep); ``cores`` and
-``cores-compile`` (``--threads`` runs at once, each in its own process with one thread,
-eager or compiled: how a sweep uses the cores; their seed-steps/s added up).
+``--seeds``, counted as seed-steps/s: the throughput of a seed sweep); ``cores``,
+``cores-compile`` and ``cores-fused`` (``--threads`` runs at once, each in its own process
+with one thread, eager, compiled or fused: how a sweep uses the cores; their seed-steps/s
+added up).
 
 The peak is a large float32 and bfloat16 matmul timed here before and after (the better of
 the two); a step's arithmetic is counted by ``step_flops.py``'s FlopCounterMode (forward and
@@ -63,7 +65,7 @@ from latentlens.training import (  # noqa: E402
 )
 from latentlens.training.objective import TrainingObjective  # noqa: E402
 
-MODES = ("eager", "compile", "bf16", "seeds", "cores", "cores-compile")
+MODES = ("eager", "compile", "fused", "bf16", "seeds", "cores", "cores-compile", "cores-fused")
 # Table A1's fuzzy-logic setting: its 9 runs (3 variants x 3 seeds) of 50,000 steps
 A1 = {"seq_len": 32, "frac_test": 0.7}
 A1_RUNS, A1_STEPS = 9, 50_000
@@ -116,7 +118,7 @@ def latentlens_steps(
     steps: dict[str, Any] = {}
     for mode in modes:
         if mode.startswith("cores"):
-            steps[mode] = RunsPerCore(spec, threads, mode == "cores-compile", folder)
+            steps[mode] = RunsPerCore(spec, threads, mode.removeprefix("cores-"), folder)
             continue
         config = latentlens_config(spec, "bf16" if mode == "bf16" else "fp32", threads)
         if mode == "seeds":
@@ -126,7 +128,8 @@ def latentlens_steps(
             ]
             steps[mode] = StepTimer(SeedGroup(trainers).train_step, group)
         else:
-            trainer = Trainer(None, config, device="cpu", quiet=True, compile=mode == "compile")
+            trainer = Trainer(None, config, device="cpu", quiet=True,
+                              compile=mode == "compile", fused=mode == "fused")  # fmt: skip
             steps[mode] = StepTimer(trainer.train_step, 1)
     return steps
 
@@ -198,14 +201,15 @@ class RunsPerCore:
     """``runs`` latentlens runs of ``spec`` (seeds 0..runs-1) at once, each in its own
     process with one thread; seed-steps/s added up over them."""
 
-    def __init__(self, spec: dict[str, Any], runs: int, compile: bool, folder: Path):
+    def __init__(self, spec: dict[str, Any], runs: int, step: str, folder: Path):
         self.servers = []
         for seed in range(runs):
             path = folder / f"{spec['task']}-{spec['variant']}-s{seed}.spec.json"
             path.write_text(json.dumps({**spec, "seed": seed}))
             command = [sys.executable, __file__, "--serve", str(path)]
             env = {**os.environ, "OMP_NUM_THREADS": "1"}
-            self.servers.append(Server(command + ["--compile"] * compile, env))
+            flags = {"compile": ["--compile"], "fused": ["--fused"]}.get(step, [])
+            self.servers.append(Server(command + flags, env))
 
     def __call__(self, steps: int) -> float:
         for server in self.servers:
@@ -217,12 +221,12 @@ class RunsPerCore:
             server.close()
 
 
-def serve(spec_path: Path, compile: bool) -> None:
+def serve(spec_path: Path, compile: bool, fused: bool) -> None:
     """One run of the spec, one thread, timing steps on request (see :class:`Server`)."""
     torch.set_num_threads(1)
     spec = json.loads(spec_path.read_text())
     trainer = Trainer(None, latentlens_config(spec, "fp32", 1), device="cpu", quiet=True,
-                      compile=compile)  # fmt: skip
+                      compile=compile, fused=fused)  # fmt: skip
     timer = StepTimer(trainer.train_step, 1)
     print("ready", flush=True)
     for line in sys.stdin:
@@ -299,6 +303,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--official", type=Path)
     parser.add_argument("--serve", type=Path, help=argparse.SUPPRESS)  # a cores-mode run
     parser.add_argument("--compile", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--fused", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--tasks", nargs="+", default=["fuzzy-logic", "sraven-default"],
                         choices=TASKS)  # fmt: skip
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
@@ -310,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="write every rate as JSON here")
     args = parser.parse_args(argv)
     if args.serve:
-        serve(args.serve, args.compile)
+        serve(args.serve, args.compile, args.fused)
         return 0
     if args.official is None or not (args.official / "hyla" / "experiment.py").is_file():
         parser.error(f"--official {args.official}: not a checkout of the official code")

@@ -32,6 +32,11 @@ def add_sweep_parser(commands: argparse._SubParsersAction) -> None:
         "(one task; pays on a GPU)",
     )
     sweep.add_argument(
+        "--fused",
+        action="store_true",
+        help="train every cell with the fused CPU kernels (as train --fused; one cell a core)",
+    )
+    sweep.add_argument(
         "--max-cells",
         type=int,
         default=MAX_CELLS,
@@ -61,7 +66,7 @@ def run_sweep_command(args: argparse.Namespace) -> int:
     spec = SweepSpec.read(args.spec)
     out = args.out or Path("runs") / f"sweep-{args.spec.stem}"
     states = run_sweep(spec, out, args.address, args.device, args.num_cpus, args.seeds,
-                       args.max_cells, args.time_budget)  # fmt: skip
+                       args.max_cells, args.time_budget, fused=args.fused)  # fmt: skip
     print("\n".join(status_lines(out)))
     if any(s["state"] == "failed" for s in states.values()):
         return 1

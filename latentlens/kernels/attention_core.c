@@ -14,10 +14,12 @@
    norm: 0 softmax over keys, 1 rms across heads, 2 none (linear attention).
    vnet: 0 linear (z[i,h] = sum_k a[h,i,k] v[k,h]), 1 relu mlp, 2 identity mlp
    (u[i,k] = sum_h a[h,i,k] v[k,h]; z[i,h] = sum_k a[h,i,k] phi(u[i,k])).
-   A call handles batch elements [b0, b1); dbias accumulates this call's sum over them. */
+   The batch is cut into `threads` slices, one an OpenMP thread (the runtime PyTorch has
+   loaded, so its threads are PyTorch's); dbias holds one [H, Q, K] sum per slice. */
 
 #include <math.h>
 #include <stdlib.h>
+#include <omp.h>
 #include <string.h>
 
 #include "exp_nonpositive.h"
@@ -120,7 +122,7 @@ static void value_hidden(const Spec *p, const float *vb, int n, Buffers *w) {
     }
 }
 
-void attention_forward(const Spec *p, int b0, int b1, const float *q, const float *kt,
+static void forward_slice(const Spec *p, int b0, int b1, const float *q, const float *kt,
                        const float *vt, const float *bias, const float *drop, float *z) {
     const int H = p->H, K = p->K, E = p->E;
     Buffers w = buffers(p);
@@ -146,7 +148,7 @@ void attention_forward(const Spec *p, int b0, int b1, const float *q, const floa
     free(w.s);
 }
 
-void attention_backward(const Spec *p, int b0, int b1, const float *q, const float *kt,
+static void backward_slice(const Spec *p, int b0, int b1, const float *q, const float *kt,
                         const float *vt, const float *bias, const float *drop, const float *dz,
                         float *dq, float *dkt, float *dvt, float *dbias) {
     const int H = p->H, K = p->K, D = p->D, E = p->E;
@@ -248,4 +250,26 @@ void attention_backward(const Spec *p, int b0, int b1, const float *q, const flo
         }
     }
     free(w.s);
+}
+
+void attention_forward(const Spec *p, int threads, const float *q, const float *kt,
+                       const float *vt, const float *bias, const float *drop, float *z) {
+#pragma omp parallel num_threads(threads)
+    {
+        const int part = omp_get_thread_num(), parts = omp_get_num_threads();
+        forward_slice(p, p->B * part / parts, p->B * (part + 1) / parts, q, kt, vt, bias, drop,
+                      z);
+    }
+}
+
+void attention_backward(const Spec *p, int threads, const float *q, const float *kt,
+                        const float *vt, const float *bias, const float *drop, const float *dz,
+                        float *dq, float *dkt, float *dvt, float *dbias) {
+#pragma omp parallel num_threads(threads)
+    {
+        const int part = omp_get_thread_num(), parts = omp_get_num_threads();
+        float *own = dbias ? dbias + (size_t)part * p->H * p->Q * p->K : NULL;
+        backward_slice(p, p->B * part / parts, p->B * (part + 1) / parts, q, kt, vt, bias,
+                       drop, dz, dq, dkt, dvt, own);
+    }
 }

@@ -11,7 +11,8 @@ value network and the relu or identity mlp one, with the causal mask, the relati
 position bias and attention dropout; a padding mask, another activation, float64 or a
 device other than the CPU take PyTorch's path.
 
-Batch elements are split over ``torch.get_num_threads()`` threads.
+Batch elements are split over ``torch.get_num_threads()`` threads (PyTorch's own OpenMP
+threads).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from functools import cache
 
 import torch
 
-from latentlens.kernels.build import load, split
+from latentlens.kernels.build import load, threads
 
 NORMALIZATIONS = {"softmax": 0, "rms_head": 1, "none": 2}
 VALUE_NETWORKS = {None: 0, "relu": 1, "identity": 2}  # the mlp one's activation; None: linear
@@ -43,12 +44,8 @@ def supports(normalization: str, activation: str | None) -> bool:
 def library() -> ctypes.CDLL:
     lib = load("attention_core")
     pointer = ctypes.c_void_p
-    lib.attention_forward.argtypes = [ctypes.POINTER(Spec), ctypes.c_int, ctypes.c_int] + [
-        pointer
-    ] * 6
-    lib.attention_backward.argtypes = [ctypes.POINTER(Spec), ctypes.c_int, ctypes.c_int] + [
-        pointer
-    ] * 10
+    lib.attention_forward.argtypes = [ctypes.POINTER(Spec), ctypes.c_int] + [pointer] * 6
+    lib.attention_backward.argtypes = [ctypes.POINTER(Spec), ctypes.c_int] + [pointer] * 10
     return lib
 
 
@@ -71,8 +68,7 @@ class FusedAttentionCore(torch.autograd.Function):
         drop = None if drop is None else drop.contiguous()
         z = q.new_empty(spec.B, spec.Q, spec.H, spec.E)
         pointers = [address(t) for t in (q, kt, vt, bias, drop, z)]
-        forward = library().attention_forward
-        split(spec.B, lambda _, start, stop: forward(ctypes.byref(spec), start, stop, *pointers))
+        library().attention_forward(ctypes.byref(spec), threads(), *pointers)
         ctx.save_for_backward(q, kt, vt, bias, drop)
         ctx.spec = spec
         return z
@@ -84,17 +80,12 @@ class FusedAttentionCore(torch.autograd.Function):
         dz = dz.contiguous()
         dq = torch.empty_like(q)
         dkt, dvt = torch.zeros_like(kt), torch.zeros_like(vt)
-        dbias = None  # one [head, query, key] sum per slice of the batch, added after
+        count = threads()
+        dbias = None  # one [head, query, key] sum per thread's slice of the batch
         if bias is not None and ctx.needs_input_grad[3]:
-            dbias = bias.new_zeros(max(1, min(torch.get_num_threads(), spec.B)), *bias.shape)
-        pointers = [address(t) for t in (q, kt, vt, bias, drop, dz, dq, dkt, dvt)]
-        backward = library().attention_backward
-
-        def run(part: int, start: int, stop: int) -> None:
-            own_bias = None if dbias is None else dbias[part].data_ptr()
-            backward(ctypes.byref(spec), start, stop, *pointers, own_bias)
-
-        split(spec.B, run)
+            dbias = bias.new_zeros(count, *bias.shape)
+        pointers = [address(t) for t in (q, kt, vt, bias, drop, dz, dq, dkt, dvt, dbias)]
+        library().attention_backward(ctypes.byref(spec), count, *pointers)
         dk, dv = dkt.permute(0, 3, 1, 2), dvt.permute(0, 3, 1, 2)
         return dq, dk, dv, None if dbias is None else dbias.sum(0), None, None
 

@@ -18,8 +18,6 @@ import platform
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from functools import cache
 from pathlib import Path
 
@@ -59,23 +57,9 @@ def cpu_identity() -> str:
     return "\n".join(sorted({line for line in lines if line.startswith(wanted)}))
 
 
-def split(total: int, function: Callable[[int, int, int], object]) -> None:
-    """Call ``function(part, start, stop)`` over ``[0, total)`` cut into as many contiguous
-    slices as torch has threads, the slices at once (a ctypes call releases the GIL)."""
-    threads = max(1, min(torch.get_num_threads(), total))
-    bounds = [total * part // threads for part in range(threads + 1)]
-    if threads == 1:
-        function(0, 0, total)
-        return
-    jobs = [pool(threads).submit(function, part, bounds[part], bounds[part + 1])
-            for part in range(threads)]  # fmt: skip
-    for job in jobs:
-        job.result()
-
-
-@cache
-def pool(threads: int) -> ThreadPoolExecutor:
-    return ThreadPoolExecutor(threads, thread_name_prefix="latentlens-kernel")
+def threads() -> int:
+    """The threads a kernel call runs on: PyTorch's intra-op count."""
+    return torch.get_num_threads()
 
 
 @cache

@@ -4,8 +4,7 @@ PyTorch's CPU kernel of ``F.gelu(x, approximate="tanh")`` ran 2.5 ms forward and
 backward on a ``[128, 32, 256]`` float32 tensor on one core of a Xeon, against 0.45 ms for
 the exact (erf) GELU (torch 2.13): a fuzzy-logic MLP's largest element-wise cost. The
 kernel of ``gelu_tanh.c`` computes the same function to float32 rounding (its tanh comes
-from a vectorised exp), its slices of the tensor over ``torch.get_num_threads()``
-threads.
+from a vectorised exp), on PyTorch's threads.
 """
 
 from __future__ import annotations
@@ -15,26 +14,20 @@ from functools import cache
 
 import torch
 
-from latentlens.kernels.build import load, split
+from latentlens.kernels.build import load, threads
 
 
 @cache
 def library() -> ctypes.CDLL:
     lib = load("gelu_tanh")
-    lib.gelu_tanh_forward.argtypes = [ctypes.c_size_t, ctypes.c_void_p, ctypes.c_void_p]
-    lib.gelu_tanh_backward.argtypes = [ctypes.c_size_t] + [ctypes.c_void_p] * 3
+    lib.gelu_tanh_forward.argtypes = [ctypes.c_int, ctypes.c_size_t] + [ctypes.c_void_p] * 2
+    lib.gelu_tanh_backward.argtypes = [ctypes.c_int, ctypes.c_size_t] + [ctypes.c_void_p] * 3
     return lib
 
 
 def elementwise(function: ctypes._CFuncPtr, *tensors: torch.Tensor) -> None:
-    """``function(n, *pointers)`` over slices of the (contiguous float32) ``tensors``."""
-    step = tensors[0].element_size()
-    addresses = [t.data_ptr() for t in tensors]
-
-    def run(_: int, start: int, stop: int) -> None:
-        function(stop - start, *(address + start * step for address in addresses))
-
-    split(tensors[0].numel(), run)
+    """``function(threads, n, *pointers)`` over the (contiguous float32) ``tensors``."""
+    function(threads(), tensors[0].numel(), *(t.data_ptr() for t in tensors))
 
 
 class FusedGeluTanh(torch.autograd.Function):

@@ -68,23 +68,31 @@ def ray_map(
 
 
 def train_cell(
-    path: str, config: dict[str, Any], device: str, deadline: float | None = None
+    path: str,
+    config: dict[str, Any],
+    device: str,
+    deadline: float | None = None,
+    fused: bool = False,
 ) -> dict[str, Any]:
     """Bring one cell's run to its last step, or as far as ``deadline`` (a ``time.time()``)
-    allows (in a Ray worker): ``{"metrics": its last evaluation's, "finished": bool,
-    "seconds": this slice's time, "run_seconds": the training time its newest checkpoint
-    records, from step 0}``."""
-    return train_group([path], [config], device, deadline)[0]
+    allows (in a Ray worker; ``fused``: train ``--fused``): ``{"metrics": its last
+    evaluation's, "finished": bool, "seconds": this slice's time, "run_seconds": the
+    training time its newest checkpoint records, from step 0}``."""
+    return train_group([path], [config], device, deadline, fused)[0]
 
 
 def train_group(
-    paths: list[str], configs: list[dict[str, Any]], device: str, deadline: float | None = None
+    paths: list[str],
+    configs: list[dict[str, Any]],
+    device: str,
+    deadline: float | None = None,
+    fused: bool = False,
 ) -> list[dict[str, Any]]:
     """Bring cells to their last step, or as far as ``deadline`` allows (a Ray worker): one
     cell as a run, several that differ only in their seed as one vmapped seed group
     (:func:`~latentlens.training.train_group_or_resume`; cells started apart are finished
     apart); each cell's result as :func:`train_cell` gives it, the group's seconds shared
-    equally."""
+    equally. ``fused``: a lone cell trains with the fused CPU kernels (``--fused``)."""
     import torch
 
     from latentlens.probes import tracking_callbacks
@@ -97,7 +105,7 @@ def train_group(
         callbacks = [tracking_callbacks(config) for config in configs]
         if len(paths) == 1:
             train_or_resume(paths[0], configs[0], callbacks[0], device=device, quiet=True,
-                            time_budget=budget)  # fmt: skip
+                            time_budget=budget, fused=fused)  # fmt: skip
         else:
             train_group_or_resume(paths, configs, callbacks, device=device, quiet=True,
                                   time_budget=budget)  # fmt: skip
@@ -258,12 +266,18 @@ def run_sweep(
     group_seeds: bool = False,
     max_cells: int = MAX_CELLS,
     time_budget: float | None = None,
+    fused: bool = False,
 ) -> dict[str, dict[str, Any]]:
     """Run every cell of ``spec`` into ``out``; returns the cells' final states (``done``,
     ``failed``, or ``paused`` by ``time_budget``, seconds from now by which every cell has
     checkpointed and stopped). With ``group_seeds``, cells that differ only in
-    ``train.seed`` train as one vmapped seed group (one task), which pays on a GPU. A grid
+    ``train.seed`` train as one vmapped seed group (one task), which pays on a GPU. With
+    ``fused``, every cell trains with the fused CPU kernels (``train --fused``). A grid
     over ``max_cells`` is refused."""
+    if fused and (group_seeds or device != "cpu"):
+        raise ValueError(
+            "--fused trains each cell alone on a CPU core: drop --seeds and use --device cpu"
+        )
     if num_cpus is not None and (isinstance(num_cpus, bool) or num_cpus < 1):
         raise ValueError(f"num_cpus={num_cpus} is invalid: Ray needs at least 1 CPU to run a cell")
     if time_budget is not None and not time_budget > 0:
@@ -275,7 +289,9 @@ def run_sweep(
     out = Path(out)
     cells = spec.cells(max_cells)  # every config resolved before anything starts
     with sweep_lock(out):
-        return _sweep_cells(cells, out, ray, address, device, num_cpus, group_seeds, deadline)
+        return _sweep_cells(
+            cells, out, ray, address, device, num_cpus, group_seeds, deadline, fused
+        )
 
 
 @contextmanager
@@ -308,6 +324,7 @@ def _sweep_cells(
     num_cpus: int | None,
     group_seeds: bool,
     deadline: float | None,
+    fused: bool,
 ) -> dict[str, dict[str, Any]]:
     """Train the unfinished ``cells`` on Ray (``run_sweep``'s work, under the sweep's lock)."""
     seconds = {name: state["seconds"] for name, state in sweep_states(out).items()
@@ -337,7 +354,7 @@ def _sweep_cells(
         for cells_of in most_steps_left_first(units, out):
             paths = [str((out / c.name).resolve()) for c in cells_of]
             configs = [c.config for c in cells_of]
-            refs[group.remote(paths, configs, device, deadline)] = cells_of
+            refs[group.remote(paths, configs, device, deadline, fused)] = cells_of
         print(f"{len(pending)} cells to train as {len(refs)} Ray tasks", flush=True)
         last_progress = time.monotonic()
         try:
