@@ -13,10 +13,10 @@ from latentlens.kernels import attention_core, gelu_tanh
 
 
 def use_fused_kernels(model: nn.Module, on: bool = True) -> int:
-    """Compute ``model``'s attention cores and its transformer MLPs' GELUs with the fused
-    CPU kernels (``on``) or with PyTorch's ops; returns how many attention layers can take
-    theirs. Builds the kernels now (a second or two, once per machine), so that a missing
-    compiler fails here."""
+    """Compute ``model``'s attention cores (where the kernel covers the attention) and its
+    transformer MLPs' GELUs with the fused CPU kernels (``on``) or with PyTorch's ops;
+    returns how many layers take a kernel. Builds the kernels now (a second or two, once
+    per machine), so that a missing compiler fails here."""
     from latentlens.models.attention import Attention  # the models import this package
     from latentlens.models.transformer import MLP
 
@@ -25,4 +25,4 @@ def use_fused_kernels(model: nn.Module, on: bool = True) -> int:
         attention_core.library(), gelu_tanh.library()
     for layer in layers:
         layer.fused = on
-    return sum(getattr(layer, "fused_core_supported", False) for layer in layers)
+    return sum(getattr(layer, "fused_core_supported", True) for layer in layers)

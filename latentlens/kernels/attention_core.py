@@ -6,10 +6,11 @@ element-wise passes over ``[batch, head, query, key]`` tensors: with Table A1's 
 ``attention_core.c`` walks each (batch element, query) once, keeping its ``[head, key]``
 scores and pattern in the L1 cache, and its backward pass recomputes them rather than
 storing them. It computes what :class:`~latentlens.models.attention.Attention` does, to
-float32 rounding (the sums run in another order), for every normalisation, the linear
-value network and the relu or identity mlp one, with the causal mask, the relative
-position bias and attention dropout; a padding mask, another activation, float64 or a
-device other than the CPU take PyTorch's path.
+float32 rounding (the sums run in another order), for the rms (HYLA's) and no (linear
+attention's) normalisation, the linear value network and the relu or identity mlp one,
+with the causal mask, the relative position bias and attention dropout. Softmax, a
+padding mask, another activation, float64 or a device other than the CPU take PyTorch's
+path: a fused softmax measured no faster (Table A1's fuzzy logic) or slower (SRAVEN).
 
 Batch elements are split over ``torch.get_num_threads()`` threads (PyTorch's own OpenMP
 threads).
@@ -24,7 +25,7 @@ import torch
 
 from latentlens.kernels.build import load, threads
 
-NORMALIZATIONS = {"softmax": 0, "rms_head": 1, "none": 2}
+NORMALIZATIONS = {"rms_head": 0, "none": 1}  # softmax: see attention_core.c
 VALUE_NETWORKS = {None: 0, "relu": 1, "identity": 2}  # the mlp one's activation; None: linear
 
 

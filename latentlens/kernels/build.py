@@ -1,8 +1,7 @@
 """Builds the package's C kernels into shared libraries the first time they are used.
 
-A kernel is one C file beside this module (with the headers beside it), compiled with the
-system's C compiler for the machine it runs on (``-march=native``) and loaded with
-:mod:`ctypes`. The library is
+A kernel is one C file beside this module, compiled with the system's C compiler for the
+machine it runs on (``-march=native``) and loaded with :mod:`ctypes`. The library is
 cached under ``$LATENTLENS_CACHE`` (default ``~/.cache/latentlens``) in a folder named by
 the hash of the source, the flags, the compiler and the CPU, so an edited kernel or another
 machine sharing the home directory builds its own; it is written to a temporary name and
@@ -73,17 +72,16 @@ def load(name: str) -> ctypes.CDLL:
             "(gcc, cc or clang, or $CC); install one (e.g. apt install gcc) or train "
             "without --fused"
         )
-    sources = [(HERE / f"{name}.c").read_bytes()]
-    sources += [header.read_bytes() for header in sorted(HERE.glob("*.h"))]
     setting = [" ".join(FLAGS), compiler, cpu_identity()]
-    key = hashlib.sha256(b"\0".join([*sources, *map(str.encode, setting)])).hexdigest()[:16]
+    source = (HERE / f"{name}.c").read_bytes()
+    key = hashlib.sha256(b"\0".join([source, *map(str.encode, setting)])).hexdigest()[:16]
     library = cache_folder() / "kernels" / key / f"{name}.so"
     if not library.exists():
         library.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=library.parent) as scratch:
             built = Path(scratch) / library.name
             result = subprocess.run(
-                [compiler, *FLAGS, "-I", str(HERE), "-o", str(built), str(HERE / f"{name}.c")],
+                [compiler, *FLAGS, "-o", str(built), str(HERE / f"{name}.c")],
                 capture_output=True,
                 text=True,
             )

@@ -7,10 +7,30 @@
    runtime PyTorch has loaded). */
 
 #include <stddef.h>
-
-#include "exp_nonpositive.h"
+#include <string.h>
 
 static const float BETA = 0.7978845608028654f, KAPPA = 0.044715f;
+
+/* exp(x) for x <= 0 in a form the compiler vectorises:
+   Cephes's expf, 2^n p(r) with r = x - n ln 2 in [-ln 2 / 2, ln 2 / 2], within 2 ulp of
+   glibc's expf down to x = -87 (below, where glibc's result is denormal or 0, it gives
+   2^-126 p(r) <= 1.2e-38, which 1 + t below cannot tell from 1). */
+static inline float exp_nonpositive(float x) {
+    x = x > -87.3f ? x : -87.3f;
+    const float n = __builtin_floorf(x * 1.44269504088896341f + 0.5f);
+    const float r = x - n * 0.693359375f + n * 2.12194440e-4f;
+    float poly = 1.9875691500e-4f;
+    poly = poly * r + 1.3981999507e-3f;
+    poly = poly * r + 8.3334519073e-3f;
+    poly = poly * r + 4.1665795894e-2f;
+    poly = poly * r + 1.6666665459e-1f;
+    poly = poly * r + 5.0000001201e-1f;
+    poly = poly * r * r + r + 1.f;
+    const int bits = ((int)n + 127) << 23;
+    float two_n;
+    memcpy(&two_n, &bits, sizeof two_n);
+    return poly * two_n;
+}
 
 static inline float tanh_of(float u) {
     const float magnitude = u < 0.f ? -u : u;
