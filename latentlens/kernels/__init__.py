@@ -7,9 +7,21 @@ to :mod:`latentlens.kernels.gelu_tanh`: training's ``--fused``.
 
 from __future__ import annotations
 
+import torch
 from torch import nn
 
 from latentlens.kernels import attention_core, gelu_tanh
+
+
+def kernels_apply(tensor: torch.Tensor) -> bool:
+    """Whether a layer switched to the kernels may run them on ``tensor``: float32 on the
+    CPU, outside autocast and torch.compile (which traces PyTorch's ops instead)."""
+    return (
+        tensor.device.type == "cpu"
+        and tensor.dtype == torch.float32
+        and not torch.is_autocast_enabled("cpu")
+        and not torch.compiler.is_compiling()
+    )
 
 
 def use_fused_kernels(model: nn.Module, on: bool = True) -> int:

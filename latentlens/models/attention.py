@@ -31,6 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from latentlens.kernels import kernels_apply
 from latentlens.kernels.attention_core import fused_attention_core, supports
 from latentlens.models.config import AttentionConfig
 from latentlens.models.hooked import HookPoint
@@ -74,14 +75,13 @@ class Attention(nn.Module):
             if cfg.relative_position
             else None
         )
-        self.activation_name = cfg.activation if cfg.value_network == "mlp" else None
         self.activation = (
             ACTIVATION_FUNCTIONS[cfg.activation] if cfg.value_network == "mlp" else None
         )
         # Set by latentlens.kernels.use_fused_kernels: compute the core with the fused CPU
         # kernel where it applies (the same attention to float32 rounding).
         self.fused = False
-        self.fused_core_supported = supports(cfg.normalization, self.activation_name)
+        self.fused_core_supported = supports(cfg.normalization, cfg.activation)
         self.hook_q = HookPoint()
         self.hook_k = HookPoint()
         self.hook_v = HookPoint()
@@ -212,20 +212,17 @@ class Attention(nn.Module):
 
     def _fused_core_applies(self, q: torch.Tensor) -> bool:
         """Whether this pass takes the fused CPU kernel (:attr:`fused` set, see
-        :mod:`latentlens.kernels.attention_core`): float32 on the CPU, an attention the
-        kernel computes, no hook on the core's intermediates, not under autocast or
-        torch.compile."""
+        :mod:`latentlens.kernels.attention_core`): an attention the kernel computes, no hook
+        on the core's intermediates, and a tensor the kernels run on
+        (:func:`~latentlens.kernels.kernels_apply`)."""
         inner = (self.hook_attn_scores, self.hook_pattern)
         if self.cfg.value_network == "mlp":
             inner += (self.hook_vnet_pre, self.hook_vnet_post)
         return (
             self.fused
-            and q.device.type == "cpu"
-            and q.dtype == torch.float32
             and self.fused_core_supported
             and not any(h._forward_hooks or h._backward_hooks for h in inner)
-            and not torch.is_autocast_enabled("cpu")
-            and not torch.compiler.is_compiling()
+            and kernels_apply(q)
         )
 
     def _project(

@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from latentlens.kernels import kernels_apply
 from latentlens.kernels.gelu_tanh import fused_gelu_tanh
 from latentlens.models.attention import Attention
 from latentlens.models.config import AttentionConfig, TransformerConfig
@@ -49,12 +50,7 @@ class MLP(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``[batch, pos, d_model] -> [batch, pos, d_model]``."""
         pre = self.hook_pre(self.fc_in(x))
-        fused = (
-            self.fused
-            and pre.device.type == "cpu"
-            and pre.dtype == torch.float32
-            and not torch.compiler.is_compiling()
-        )
+        fused = self.fused and kernels_apply(pre)
         hidden = fused_gelu_tanh(pre) if fused else F.gelu(pre, approximate="tanh")
         return self.fc_out(self.hook_post(hidden))
 
