@@ -23,12 +23,14 @@ from pathlib import Path
 import torch
 
 HERE = Path(__file__).resolve().parent
-# Contracted multiply-adds and vectorised loops; no -ffast-math (it reorders reductions
-# and, linked into a library by gcc before 13, flushes denormals for the whole process).
+# Contracted multiply-adds and vectorised loops; OpenMP's parallel regions (linked against
+# libgomp.so.1, which in a torch process resolves to the copy torch has loaded: one pool of
+# threads); no -ffast-math (it reorders reductions and, linked into a library by gcc
+# before 13, flushes denormals for the whole process).
 FLAGS = (
     "-O3",
     "-march=native",
-    "-fopenmp-simd",
+    "-fopenmp",
     "-fno-math-errno",
     "-fno-trapping-math",
     "-fPIC",
