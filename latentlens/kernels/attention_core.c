@@ -3,252 +3,381 @@
    For each batch element b and query i, everything from the scores to z is computed in
    [head, key] buffers that stay in the L1 cache; nothing of size [batch, head, query, key]
    is written. The backward pass recomputes the scores, the pattern and (for the mlp value
-   network) u from q, k and v instead of storing them. Inner loops run over keys, which
-   are contiguous in every buffer (k and v come transposed), so that they vectorise.
+   network) u from q, k and v instead of storing them. Keys are the vector lanes: each
+   batch element's k and v are copied transposed ([head, d, key]) into buffers whose key
+   rows are padded to KP keys (a multiple of LANES, zero past K), and the keys a query does
+   not see (past its causal horizon, or padding) are masked to a zero pattern and a zero
+   gradient, so every operation works on whole vectors of LANES keys (GCC's and clang's
+   vector extensions: one AVX-512 register, two AVX2 ones, four NEON).
 
-   Shapes (float32, contiguous): q, dq [B, Q, H, D]; kt, dkt [B, H, D, K] (k transposed);
-   vt, dvt [B, H, E, K]; bias, dbias [H, Q, K] (or NULL); drop [Q, K] (the dropout mask's
-   keep / (1 - p), or NULL); z, dz [B, Q, H, E]. Query i sits at key position
+   Shapes (float32): q, dq [B, Q, H, D]; k, dk [B, K, H, D]; v, dv [B, K, H, E], each
+   with its own batch, position and head strides (Spec's; the last dimension contiguous),
+   a gradient laid out as its tensor: q, k and v may be slices of one projection; bias,
+   dbias [H, Q, KP] (or NULL); drop [Q, KP] (the dropout mask's keep / (1 - p), or NULL),
+   zero past K;
+   z, dz [B, Q, H, E]; rows [B, Q, H, 2] (softmax's row maximum and inverse sum, written
+   forward, read backward), all contiguous. Query i sits at key position
    query_start + i: with the causal mask it sees keys 0 .. query_start + i.
 
-   norm: 0 rms across heads (HYLA's), 1 none (linear attention). Softmax is not here: on
-   the shapes measured (Table A1's and SRAVEN's) its fused version was no faster than
-   PyTorch's softmax, whose rows of 18 to 32 keys each need a max and a sum.
+   norm: 0 softmax over keys, 1 rms across heads (HYLA's), 2 none (linear attention).
    vnet: 0 linear (z[i,h] = sum_k a[h,i,k] v[k,h]), 1 relu mlp, 2 identity mlp
    (u[i,k] = sum_h a[h,i,k] v[k,h]; z[i,h] = sum_k a[h,i,k] phi(u[i,k])).
    The batch is cut into `threads` slices, one an OpenMP thread (the runtime PyTorch has
-   loaded, so its threads are PyTorch's); dbias holds one [H, Q, K] sum per slice. */
+   loaded, so its threads are PyTorch's); dbias holds one [H, Q, KP] sum per slice. */
 
 #include <math.h>
-#include <stdlib.h>
 #include <omp.h>
+#include <stdlib.h>
 #include <string.h>
 
+#define LANES 16
+typedef float vf __attribute__((vector_size(4 * LANES)));
+typedef int vi __attribute__((vector_size(4 * LANES)));
+typedef float vf_unaligned __attribute__((vector_size(4 * LANES), aligned(4)));
+
+static const vi LANE = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+
+static inline vf load(const float *x) { return *(const vf_unaligned *)x; }
+static inline void store(float *x, vf v) { *(vf_unaligned *)x = v; }
+static inline void add_to(float *x, vf v) { store(x, load(x) + v); }
+static inline vf splat(float x) { return (vf){0.f} + x; }
+static inline vf choose(vi mask, vf yes, vf no) { return (vf)(((vi)yes & mask) | ((vi)no & ~mask)); }
+static inline vf keep(vi mask, vf x) { return (vf)((vi)x & mask); }
+/* Lanes of block c that are keys below n: all ones, else zero. */
+static inline vi seen(int c, int n) { return LANE + c * LANES < n; }
+
+static inline float lane_sum(vf v) {
+    v += __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7);
+    v += __builtin_shufflevector(v, v, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3);
+    v += __builtin_shufflevector(v, v, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1);
+    v += __builtin_shufflevector(v, v, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0);
+    return v[0];
+}
+
+static inline vf maximum(vf a, vf b) { return choose(a > b, a, b); }
+
+static inline float lane_max(vf v) {
+    v = maximum(v, __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4,
+                                           5, 6, 7));
+    v = maximum(v, __builtin_shufflevector(v, v, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3));
+    v = maximum(v, __builtin_shufflevector(v, v, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1));
+    v = maximum(v, __builtin_shufflevector(v, v, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0));
+    return v[0];
+}
+
+/* exp(x) for x <= 0 (a softmax's shifted scores), lane by lane: Cephes's expf, 2^n p(r)
+   with r = x - n ln 2 in [-ln 2 / 2, ln 2 / 2], within 2 ulp of glibc's expf down to
+   x = -87 (below, where glibc's result is denormal or 0, it gives 2^-126 p(r) <= 1.2e-38:
+   nothing a softmax's sum of terms >= 1 can tell apart). */
+static inline vf exp_nonpositive(vf x) {
+    x = maximum(x, splat(-87.3f));
+    const vf t = x * 1.44269504088896341f + 0.5f;
+    vi n = __builtin_convertvector(t, vi); /* toward zero; floor below */
+    n += __builtin_convertvector(n, vf) > t;
+    const vf nf = __builtin_convertvector(n, vf);
+    const vf r = x - nf * 0.693359375f + nf * 2.12194440e-4f;
+    vf poly = splat(1.9875691500e-4f);
+    poly = poly * r + 1.3981999507e-3f;
+    poly = poly * r + 8.3334519073e-3f;
+    poly = poly * r + 4.1665795894e-2f;
+    poly = poly * r + 1.6666665459e-1f;
+    poly = poly * r + 5.0000001201e-1f;
+    poly = poly * r * r + r + 1.f;
+    return poly * (vf)((n + 127) << 23);
+}
 
 typedef struct {
-    int B, Q, K, H, D, E, query_start, causal, norm, vnet;
+    int B, Q, K, KP, H, D, E, query_start, causal, norm, vnet;
     float scale, eps;
+    long q_batch, q_pos, q_head, k_batch, k_pos, k_head, v_batch, v_pos, v_head;
 } Spec;
 
+
+/* One query's working set, in blocks of LANES keys: [H][NB] or [E][NB], NB = KP / LANES;
+   and one batch element's k and v transposed, kt [H, D, KP] and vt [H, E, KP], with their
+   gradients dkt and dvt. */
 typedef struct {
-    float *s, *a, *ad, *r, *u, *phi, *da, *du;
+    vf *s, *a, *ad, *da, *r, *u, *phi, *du;
+    float *kt, *vt, *dkt, *dvt;
 } Buffers;
 
 static Buffers buffers(const Spec *p) {
-    const size_t hk = (size_t)p->H * p->K, ek = (size_t)p->E * p->K;
-    float *all = malloc(sizeof(float) * (4 * hk + p->K + 3 * ek));
+    const size_t NB = p->KP / LANES, hk = (size_t)p->H * NB, ek = (size_t)p->E * NB;
+    const size_t hdk = (size_t)p->H * p->D * NB, hek = (size_t)p->H * p->E * NB;
+    vf *all = aligned_alloc(sizeof(vf), sizeof(vf) * (4 * hk + NB + 3 * ek + 2 * (hdk + hek)));
     Buffers w;
     w.s = all, w.a = w.s + hk, w.ad = w.a + hk, w.da = w.ad + hk, w.r = w.da + hk;
-    w.u = w.r + p->K, w.phi = w.u + ek, w.du = w.phi + ek;
+    w.u = w.r + NB, w.phi = w.u + ek, w.du = w.phi + ek;
+    w.kt = (float *)(w.du + ek), w.vt = w.kt + hdk * LANES;
+    w.dkt = w.vt + hek * LANES, w.dvt = w.dkt + hdk * LANES;
     return w;
+}
+
+/* Batch element b's k and v into kt [H, D, KP] and vt [H, E, KP], zero past K. */
+static void transpose_keys(const Spec *p, const float *k, const float *v, int b, Buffers *w) {
+    const int H = p->H, D = p->D, E = p->E, K = p->K, KP = p->KP;
+    memset(w->kt, 0, sizeof(float) * H * (D + E) * KP); /* vt follows kt */
+    for (int j = 0; j < K; j++)
+        for (int h = 0; h < H; h++) {
+            const float *kj = k + b * p->k_batch + j * p->k_pos + h * p->k_head;
+            const float *vj = v + b * p->v_batch + j * p->v_pos + h * p->v_head;
+            for (int d = 0; d < D; d++) w->kt[((size_t)h * D + d) * KP + j] = kj[d];
+            for (int e = 0; e < E; e++) w->vt[((size_t)h * E + e) * KP + j] = vj[e];
+        }
 }
 
 static int keys_seen(const Spec *p, int i) {
     return p->causal && p->query_start + i + 1 < p->K ? p->query_start + i + 1 : p->K;
 }
 
-/* Scores s, pattern a (normalised), rms factors r and dropped pattern ad of query i of
-   batch element b, over its n visible keys. */
-static void pattern(const Spec *p, const float *q, const float *kt, const float *bias,
-                    const float *drop, int b, int i, int n, Buffers *w) {
-    const int H = p->H, K = p->K, D = p->D;
-    const float *qi = q + ((size_t)b * p->Q + i) * H * D;
+/* Scores s, pattern a (normalised, zero past the n seen keys), rms factors r and dropped
+   pattern ad of query i of batch element b, over its nb blocks of keys. Softmax's row
+   maximum and inverse sum, per head, go to rows [H, 2] (forward) or come from it
+   (backward: `saved`), so that the backward pass's pattern is the forward's, bit for bit,
+   without its two reductions. */
+static void pattern(const Spec *p, const float *q, const float *bias, const float *drop, int b,
+                    int i, int n, int nb, float *rows, int saved, Buffers *w) {
+    const int H = p->H, KP = p->KP, D = p->D, NB = KP / LANES;
     for (int h = 0; h < H; h++) {
-        float *restrict s = w->s + h * K;
-        const float *kh = kt + ((size_t)b * H + h) * D * K;
-        if (bias) {
-            const float *bh = bias + ((size_t)h * p->Q + i) * K;
-            for (int j = 0; j < n; j++) s[j] = bh[j];
-        } else {
-            for (int j = 0; j < n; j++) s[j] = 0.f;
-        }
-        for (int d = 0; d < D; d++) {
-            const float qd = qi[h * D + d] * p->scale;
-            const float *restrict kd = kh + (size_t)d * K;
-            for (int j = 0; j < n; j++) s[j] += qd * kd[j];
+        const float *qh = q + b * p->q_batch + i * p->q_pos + h * p->q_head;
+        const float *kh = w->kt + (size_t)h * D * KP;
+        const float *bh = bias ? bias + ((size_t)h * p->Q + i) * KP : NULL;
+        for (int c = 0; c < nb; c++) {
+            vf s = bh ? load(bh + c * LANES) : splat(0.f);
+            for (int d = 0; d < D; d++) s += qh[d] * p->scale * load(kh + d * KP + c * LANES);
+            w->s[h * NB + c] = s;
         }
     }
     if (p->norm == 0) {
-        float *restrict r = w->r;
-        for (int j = 0; j < n; j++) r[j] = 0.f;
-        for (int h = 0; h < H; h++)
-            for (int j = 0; j < n; j++) r[j] += w->s[h * K + j] * w->s[h * K + j];
-        for (int j = 0; j < n; j++) r[j] = 1.f / sqrtf(r[j] / H + p->eps);
-        for (int h = 0; h < H; h++)
-            for (int j = 0; j < n; j++) w->a[h * K + j] = w->s[h * K + j] * r[j];
-    } else {
-        memcpy(w->a, w->s, sizeof(float) * H * K);
-    }
-    const float *di = drop ? drop + (size_t)i * K : NULL;
-    for (int h = 0; h < H; h++) {
-        const float *restrict a = w->a + h * K;
-        float *restrict ad = w->ad + h * K;
-        if (di) {
-            for (int j = 0; j < n; j++) ad[j] = a[j] * di[j];
-        } else {
-            for (int j = 0; j < n; j++) ad[j] = a[j];
-        }
-    }
-}
-
-/* u [E, K] = sum_h ad[h] vt[h] and phi = act(u), over n keys. */
-static void value_hidden(const Spec *p, const float *vb, int n, Buffers *w) {
-    const int H = p->H, K = p->K, E = p->E;
-    for (int e = 0; e < E; e++) {
-        float *restrict u = w->u + e * K;
-        for (int j = 0; j < n; j++) u[j] = 0.f;
         for (int h = 0; h < H; h++) {
-            const float *restrict ad = w->ad + h * K, *restrict v = vb + ((size_t)h * E + e) * K;
-            for (int j = 0; j < n; j++) u[j] += ad[j] * v[j];
+            const vf *s = w->s + h * NB;
+            vf *a = w->a + h * NB;
+            if (!saved) {
+                vf top = splat(-INFINITY);
+                for (int c = 0; c < nb; c++) top = maximum(top, choose(seen(c, n), s[c], top));
+                rows[2 * h] = lane_max(top);
+            }
+            vf total = splat(0.f);
+            for (int c = 0; c < nb; c++) {
+                const vi mask = seen(c, n);
+                a[c] = keep(mask, exp_nonpositive(choose(mask, s[c] - rows[2 * h], splat(-87.3f))));
+                total += a[c];
+            }
+            if (!saved) rows[2 * h + 1] = 1.f / lane_sum(total);
+            for (int c = 0; c < nb; c++) a[c] *= rows[2 * h + 1];
         }
-        float *restrict phi = w->phi + e * K;
-        if (p->vnet == 1) {
-            for (int j = 0; j < n; j++) phi[j] = u[j] > 0.f ? u[j] : 0.f;
-        } else {
-            for (int j = 0; j < n; j++) phi[j] = u[j];
+    } else if (p->norm == 1) {
+        for (int c = 0; c < nb; c++) {
+            vf squares = splat(0.f);
+            for (int h = 0; h < H; h++) squares += w->s[h * NB + c] * w->s[h * NB + c];
+            float *r = (float *)&w->r[c];
+            squares = squares / (float)H + p->eps;
+            for (int l = 0; l < LANES; l++) r[l] = 1.f / sqrtf(squares[l]);
+            for (int h = 0; h < H; h++)
+                w->a[h * NB + c] = keep(seen(c, n), w->s[h * NB + c] * w->r[c]);
         }
+    } else {
+        for (int h = 0; h < H; h++)
+            for (int c = 0; c < nb; c++) w->a[h * NB + c] = keep(seen(c, n), w->s[h * NB + c]);
     }
+    for (int h = 0; h < H; h++)
+        for (int c = 0; c < nb; c++)
+            w->ad[h * NB + c] = drop ? w->a[h * NB + c] * load(drop + (size_t)i * KP + c * LANES)
+                                     : w->a[h * NB + c];
 }
 
-static void forward_slice(const Spec *p, int b0, int b1, const float *q, const float *kt,
-                       const float *vt, const float *bias, const float *drop, float *z) {
-    const int H = p->H, K = p->K, E = p->E;
+/* u [E][NB] = sum_h ad[h] vt[h] and phi = act(u), over nb blocks of keys. */
+static void value_hidden(const Spec *p, int nb, Buffers *w) {
+    const float *vb = w->vt;
+    const int H = p->H, KP = p->KP, E = p->E, NB = KP / LANES;
+    for (int e = 0; e < E; e++)
+        for (int c = 0; c < nb; c++) {
+            vf u = splat(0.f);
+            for (int h = 0; h < H; h++)
+                u += w->ad[h * NB + c] * load(vb + ((size_t)h * E + e) * KP + c * LANES);
+            w->u[e * NB + c] = u;
+            w->phi[e * NB + c] = p->vnet == 1 ? keep(u > 0.f, u) : u;
+        }
+}
+
+static void forward_slice(const Spec *p, int b0, int b1, const float *q, const float *k,
+                          const float *v, const float *bias, const float *drop, float *z,
+                          float *rows) {
+    const int H = p->H, KP = p->KP, E = p->E, NB = KP / LANES;
     Buffers w = buffers(p);
+    const float *vb = w.vt;
     for (int b = b0; b < b1; b++) {
-        const float *vb = vt + (size_t)b * H * E * K;
+        transpose_keys(p, k, v, b, &w);
         for (int i = 0; i < p->Q; i++) {
-            const int n = keys_seen(p, i);
-            pattern(p, q, kt, bias, drop, b, i, n, &w);
+            const int n = keys_seen(p, i), nb = (n + LANES - 1) / LANES;
+            pattern(p, q, bias, drop, b, i, n, nb, rows + ((size_t)b * p->Q + i) * H * 2, 0, &w);
+            if (p->vnet) value_hidden(p, nb, &w);
             float *zi = z + ((size_t)b * p->Q + i) * H * E;
-            if (p->vnet) value_hidden(p, vb, n, &w);
-            for (int h = 0; h < H; h++) {
-                const float *restrict ad = w.ad + h * K;
+            for (int h = 0; h < H; h++)
                 for (int e = 0; e < E; e++) {
-                    const float *restrict x = p->vnet ? w.phi + e * K : vb + ((size_t)h * E + e) * K;
-                    float total = 0.f;
-                    #pragma omp simd reduction(+ : total)
-                    for (int j = 0; j < n; j++) total += ad[j] * x[j];
-                    zi[h * E + e] = total;
+                    vf total = splat(0.f);
+                    for (int c = 0; c < nb; c++)
+                        total += w.ad[h * NB + c] *
+                                 (p->vnet ? w.phi[e * NB + c]
+                                          : load(vb + ((size_t)h * E + e) * KP + c * LANES));
+                    zi[h * E + e] = lane_sum(total);
                 }
-            }
         }
     }
     free(w.s);
 }
 
-static void backward_slice(const Spec *p, int b0, int b1, const float *q, const float *kt,
-                        const float *vt, const float *bias, const float *drop, const float *dz,
-                        float *dq, float *dkt, float *dvt, float *dbias) {
-    const int H = p->H, K = p->K, D = p->D, E = p->E;
+/* The gradient da [H][NB] with respect to the dropped pattern ad of one query (dzi: its
+   dz [H, E]), and each key's share of dv. */
+static void pattern_gradient(const Spec *p, const float *dzi, int nb, Buffers *w) {
+    const int H = p->H, KP = p->KP, E = p->E, NB = KP / LANES;
+    const float *vb = w->vt;
+    float *dvb = w->dvt;
+    if (p->vnet == 0) {
+        for (int h = 0; h < H; h++)
+            for (int c = 0; c < nb; c++) {
+                vf da = splat(0.f);
+                for (int e = 0; e < E; e++) {
+                    const size_t row = ((size_t)h * E + e) * KP + c * LANES;
+                    da += dzi[h * E + e] * load(vb + row);
+                    add_to(dvb + row, dzi[h * E + e] * w->ad[h * NB + c]);
+                }
+                w->da[h * NB + c] = da;
+            }
+        return;
+    }
+    value_hidden(p, nb, w);
+    for (int e = 0; e < E; e++)
+        for (int c = 0; c < nb; c++) { /* du = d phi * act'(u) */
+            vf du = splat(0.f);
+            for (int h = 0; h < H; h++) du += dzi[h * E + e] * w->ad[h * NB + c];
+            w->du[e * NB + c] = p->vnet == 1 ? keep(w->u[e * NB + c] > 0.f, du) : du;
+        }
+    for (int h = 0; h < H; h++)
+        for (int c = 0; c < nb; c++) {
+            vf da = splat(0.f);
+            for (int e = 0; e < E; e++) {
+                const size_t row = ((size_t)h * E + e) * KP + c * LANES;
+                da += dzi[h * E + e] * w->phi[e * NB + c] + w->du[e * NB + c] * load(vb + row);
+                add_to(dvb + row, w->ad[h * NB + c] * w->du[e * NB + c]);
+            }
+            w->da[h * NB + c] = da;
+        }
+}
+
+/* da, through the dropout factors and the normalisation, becomes the scores' gradient ds
+   (in da), zero past the n seen keys. */
+static void score_gradient(const Spec *p, const float *drop, int i, int n, int nb,
+                           Buffers *w) {
+    const int H = p->H, KP = p->KP, NB = KP / LANES;
+    if (drop)
+        for (int h = 0; h < H; h++)
+            for (int c = 0; c < nb; c++)
+                w->da[h * NB + c] *= load(drop + (size_t)i * KP + c * LANES);
+    if (p->norm == 0) { /* a is zero past n, and so is ds */
+        for (int h = 0; h < H; h++) {
+            vf *da = w->da + h * NB;
+            const vf *a = w->a + h * NB;
+            vf dots = splat(0.f);
+            for (int c = 0; c < nb; c++) dots += a[c] * da[c];
+            const float dot = lane_sum(dots);
+            for (int c = 0; c < nb; c++) da[c] = a[c] * (da[c] - dot);
+        }
+    } else if (p->norm == 1) {
+        for (int c = 0; c < nb; c++) {
+            const vf r = w->r[c];
+            vf sums = splat(0.f);
+            for (int h = 0; h < H; h++) sums += w->s[h * NB + c] * w->da[h * NB + c];
+            sums *= r * r * r / (float)H;
+            for (int h = 0; h < H; h++)
+                w->da[h * NB + c] =
+                    keep(seen(c, n), r * w->da[h * NB + c] - sums * w->s[h * NB + c]);
+        }
+    } else {
+        for (int h = 0; h < H; h++)
+            for (int c = 0; c < nb; c++) w->da[h * NB + c] = keep(seen(c, n), w->da[h * NB + c]);
+    }
+}
+
+static void backward_slice(const Spec *p, int b0, int b1, const float *q, const float *k,
+                           const float *v, const float *bias, const float *drop,
+                           const float *rows, const float *dz, float *dq, float *dk, float *dv,
+                           float *dbias) {
+    const int H = p->H, KP = p->KP, D = p->D, E = p->E, NB = KP / LANES;
     Buffers w = buffers(p);
+    const float *kb = w.kt;
     for (int b = b0; b < b1; b++) {
-        const float *vb = vt + (size_t)b * H * E * K, *kb = kt + (size_t)b * H * D * K;
-        float *dvb = dvt + (size_t)b * H * E * K, *dkb = dkt + (size_t)b * H * D * K;
+        transpose_keys(p, k, v, b, &w);
+        memset(w.dkt, 0, sizeof(float) * H * (D + E) * KP); /* dvt follows dkt */
         for (int i = 0; i < p->Q; i++) {
-            const int n = keys_seen(p, i);
-            pattern(p, q, kt, bias, drop, b, i, n, &w);
-            const float *dzi = dz + ((size_t)b * p->Q + i) * H * E;
-            /* da [H, K]: the gradient with respect to the dropped pattern ad. */
-            if (p->vnet == 0) {
-                for (int h = 0; h < H; h++) {
-                    float *restrict da = w.da + h * K;
-                    const float *restrict ad = w.ad + h * K;
-                    for (int j = 0; j < n; j++) da[j] = 0.f;
-                    for (int e = 0; e < E; e++) {
-                        const float g = dzi[h * E + e];
-                        const float *restrict v = vb + ((size_t)h * E + e) * K;
-                        float *restrict dv = dvb + ((size_t)h * E + e) * K;
-                        for (int j = 0; j < n; j++) da[j] += g * v[j];
-                        for (int j = 0; j < n; j++) dv[j] += g * ad[j];
-                    }
-                }
-            } else {
-                value_hidden(p, vb, n, &w);
-                for (int e = 0; e < E; e++) { /* du = d phi * act'(u) */
-                    float *restrict du = w.du + e * K;
-                    const float *restrict u = w.u + e * K;
-                    for (int j = 0; j < n; j++) du[j] = 0.f;
-                    for (int h = 0; h < H; h++) {
-                        const float g = dzi[h * E + e];
-                        const float *restrict ad = w.ad + h * K;
-                        for (int j = 0; j < n; j++) du[j] += g * ad[j];
-                    }
-                    if (p->vnet == 1)
-                        for (int j = 0; j < n; j++) du[j] = u[j] > 0.f ? du[j] : 0.f;
-                }
-                for (int h = 0; h < H; h++) {
-                    float *restrict da = w.da + h * K;
-                    const float *restrict ad = w.ad + h * K;
-                    for (int j = 0; j < n; j++) da[j] = 0.f;
-                    for (int e = 0; e < E; e++) {
-                        const float g = dzi[h * E + e];
-                        const float *restrict phi = w.phi + e * K, *restrict du = w.du + e * K;
-                        const float *restrict v = vb + ((size_t)h * E + e) * K;
-                        float *restrict dv = dvb + ((size_t)h * E + e) * K;
-                        for (int j = 0; j < n; j++) da[j] += g * phi[j] + du[j] * v[j];
-                        for (int j = 0; j < n; j++) dv[j] += ad[j] * du[j];
-                    }
-                }
-            }
-            /* Through the dropout factors and the normalisation: da becomes ds. */
-            if (drop) {
-                const float *di = drop + (size_t)i * K;
-                for (int h = 0; h < H; h++)
-                    for (int j = 0; j < n; j++) w.da[h * K + j] *= di[j];
-            }
-            if (p->norm == 0) {
-                float *restrict c = w.u; /* reused: [K] sums over heads */
-                for (int j = 0; j < n; j++) c[j] = 0.f;
-                for (int h = 0; h < H; h++)
-                    for (int j = 0; j < n; j++) c[j] += w.s[h * K + j] * w.da[h * K + j];
-                for (int j = 0; j < n; j++) c[j] *= w.r[j] * w.r[j] * w.r[j] / H;
-                for (int h = 0; h < H; h++)
-                    for (int j = 0; j < n; j++)
-                        w.da[h * K + j] = w.r[j] * w.da[h * K + j] - c[j] * w.s[h * K + j];
-            }
+            const int n = keys_seen(p, i), nb = (n + LANES - 1) / LANES;
+            pattern(p, q, bias, drop, b, i, n, nb, (float *)rows + ((size_t)b * p->Q + i) * H * 2,
+                    1, &w);
+            pattern_gradient(p, dz + ((size_t)b * p->Q + i) * H * E, nb, &w);
+            score_gradient(p, drop, i, n, nb, &w);
             /* ds into q, k and the bias. */
-            const float *qi = q + ((size_t)b * p->Q + i) * H * D;
-            float *dqi = dq + ((size_t)b * p->Q + i) * H * D;
             for (int h = 0; h < H; h++) {
-                const float *restrict ds = w.da + h * K;
-                if (dbias) {
-                    float *restrict db = dbias + ((size_t)h * p->Q + i) * K;
-                    for (int j = 0; j < n; j++) db[j] += ds[j];
-                }
+                const vf *ds = w.da + h * NB;
+                const float *qh = q + b * p->q_batch + i * p->q_pos + h * p->q_head;
+                float *dqh = dq + b * p->q_batch + i * p->q_pos + h * p->q_head;
+                if (dbias)
+                    for (int c = 0; c < nb; c++)
+                        add_to(dbias + ((size_t)h * p->Q + i) * KP + c * LANES, ds[c]);
                 for (int d = 0; d < D; d++) {
-                    const float *restrict k = kb + ((size_t)h * D + d) * K;
-                    float *restrict dk = dkb + ((size_t)h * D + d) * K;
-                    const float qd = qi[h * D + d] * p->scale;
-                    float total = 0.f;
-                    #pragma omp simd reduction(+ : total)
-                    for (int j = 0; j < n; j++) total += ds[j] * k[j];
-                    for (int j = 0; j < n; j++) dk[j] += qd * ds[j];
-                    dqi[h * D + d] = total * p->scale;
+                    const size_t row = ((size_t)h * D + d) * KP;
+                    const float qd = qh[d] * p->scale;
+                    vf total = splat(0.f);
+                    for (int c = 0; c < nb; c++) {
+                        total += ds[c] * load(kb + row + c * LANES);
+                        add_to(w.dkt + row + c * LANES, qd * ds[c]);
+                    }
+                    dqh[d] = lane_sum(total) * p->scale;
                 }
             }
         }
+        for (int j = 0; j < p->K; j++) /* dkt, dvt back to dk, dv's layout */
+            for (int h = 0; h < H; h++) {
+                float *dkj = dk + b * p->k_batch + j * p->k_pos + h * p->k_head;
+                float *dvj = dv + b * p->v_batch + j * p->v_pos + h * p->v_head;
+                for (int d = 0; d < D; d++) dkj[d] = w.dkt[((size_t)h * D + d) * KP + j];
+                for (int e = 0; e < E; e++) dvj[e] = w.dvt[((size_t)h * E + e) * KP + j];
+            }
     }
     free(w.s);
 }
 
-void attention_forward(const Spec *p, int threads, const float *q, const float *kt,
-                       const float *vt, const float *bias, const float *drop, float *z) {
+void attention_forward(const Spec *p, int threads, const float *q, const float *k,
+                       const float *v, const float *bias, const float *drop, float *z,
+                       float *rows) {
 #pragma omp parallel num_threads(threads)
     {
         const int part = omp_get_thread_num(), parts = omp_get_num_threads();
-        forward_slice(p, p->B * part / parts, p->B * (part + 1) / parts, q, kt, vt, bias, drop,
-                      z);
+        forward_slice(p, p->B * part / parts, p->B * (part + 1) / parts, q, k, v, bias, drop, z,
+                      rows);
     }
 }
 
-void attention_backward(const Spec *p, int threads, const float *q, const float *kt,
-                        const float *vt, const float *bias, const float *drop, const float *dz,
-                        float *dq, float *dkt, float *dvt, float *dbias) {
+void attention_backward(const Spec *p, int threads, const float *q, const float *k,
+                        const float *v, const float *bias, const float *drop, const float *rows,
+                        const float *dz, float *dq, float *dk, float *dv, float *dbias) {
 #pragma omp parallel num_threads(threads)
     {
         const int part = omp_get_thread_num(), parts = omp_get_num_threads();
-        float *own = dbias ? dbias + (size_t)part * p->H * p->Q * p->K : NULL;
-        backward_slice(p, p->B * part / parts, p->B * (part + 1) / parts, q, kt, vt, bias,
-                       drop, dz, dq, dkt, dvt, own);
+        float *own = dbias ? dbias + (size_t)part * p->H * p->Q * p->KP : NULL;
+        backward_slice(p, p->B * part / parts, p->B * (part + 1) / parts, q, k, v, bias, drop,
+                       rows, dz, dq, dk, dv, own);
     }
+}
+
+/* How many threads a parallel region of this library gets when asked for `threads`
+   (1 where it was built without OpenMP): the tests' check that the kernels run in
+   parallel. */
+int threads_used(int threads) {
+    int used = 1;
+#pragma omp parallel num_threads(threads)
+    {
+#pragma omp single
+        used = omp_get_num_threads();
+    }
+    return used;
 }

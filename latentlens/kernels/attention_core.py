@@ -6,14 +6,17 @@ element-wise passes over ``[batch, head, query, key]`` tensors: with Table A1's 
 ``attention_core.c`` walks each (batch element, query) once, keeping its ``[head, key]``
 scores and pattern in the L1 cache, and its backward pass recomputes them rather than
 storing them. It computes what :class:`~latentlens.models.attention.Attention` does, to
-float32 rounding (the sums run in another order), for the rms (HYLA's) and no (linear
-attention's) normalisation, the linear value network and the relu or identity mlp one,
-with the causal mask, the relative position bias and attention dropout. Softmax, a
-padding mask, another activation, float64 or a device other than the CPU take PyTorch's
-path: a fused softmax measured no faster (Table A1's fuzzy logic) or slower (SRAVEN).
+float32 rounding (the sums run in another order), for the softmax, rms (HYLA's) and no
+(linear attention's) normalisation, the linear value network and the relu or identity mlp
+one, with the causal mask, the relative position bias and attention dropout. A padding
+mask, another activation, float64 or a device other than the CPU take PyTorch's path.
 
-Batch elements are split over ``torch.get_num_threads()`` threads (PyTorch's own OpenMP
-threads).
+q, k and v are read where they lie, with their strides: in self-attention they are
+slices of one projection (:func:`fused_self_attention_core`), and its gradient is
+written whole, with no copies into or out of separate tensors. Key rows are padded
+inside the kernel to a multiple of :data:`LANES` keys, so that every loop over keys runs
+in whole vectors. Batch elements are split over ``torch.get_num_threads()`` threads
+(PyTorch's own OpenMP threads).
 """
 
 from __future__ import annotations
@@ -25,15 +28,22 @@ import torch
 
 from latentlens.kernels.build import load, threads
 
-NORMALIZATIONS = {"rms_head": 0, "none": 1}  # softmax: see attention_core.c
+NORMALIZATIONS = {"softmax": 0, "rms_head": 1, "none": 2}
 VALUE_NETWORKS = {None: 0, "relu": 1, "identity": 2}  # the mlp one's activation; None: linear
+LANES = 16  # attention_core.c's block of keys
+
+
+STRIDES = ("q_batch", "q_pos", "q_head", "k_batch", "k_pos", "k_head", "v_batch", "v_pos",
+           "v_head")  # fmt: skip
 
 
 class Spec(ctypes.Structure):
-    _fields_ = [
-        (name, ctypes.c_int)
-        for name in ("B", "Q", "K", "H", "D", "E", "query_start", "causal", "norm", "vnet")
-    ] + [("scale", ctypes.c_float), ("eps", ctypes.c_float)]
+    _fields_ = (
+        [(name, ctypes.c_int) for name in
+         ("B", "Q", "K", "KP", "H", "D", "E", "query_start", "causal", "norm", "vnet")]
+        + [("scale", ctypes.c_float), ("eps", ctypes.c_float)]
+        + [(name, ctypes.c_long) for name in STRIDES]
+    )  # fmt: skip
 
 
 def supports(normalization: str, activation: str | None) -> bool:
@@ -45,13 +55,69 @@ def supports(normalization: str, activation: str | None) -> bool:
 def library() -> ctypes.CDLL:
     lib = load("attention_core")
     pointer = ctypes.c_void_p
-    lib.attention_forward.argtypes = [ctypes.POINTER(Spec), ctypes.c_int] + [pointer] * 6
-    lib.attention_backward.argtypes = [ctypes.POINTER(Spec), ctypes.c_int] + [pointer] * 10
+    lib.attention_forward.argtypes = [ctypes.POINTER(Spec), ctypes.c_int] + [pointer] * 7
+    lib.attention_backward.argtypes = [ctypes.POINTER(Spec), ctypes.c_int] + [pointer] * 11
+    lib.threads_used.argtypes = [ctypes.c_int]
     return lib
 
 
 def address(tensor: torch.Tensor | None) -> int | None:
     return None if tensor is None else tensor.data_ptr()
+
+
+def core_spec(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **options) -> Spec:
+    """The kernel's description of q ``[batch, query, head, d_head]``, k ``[batch, key,
+    head, d_head]`` and v ``[batch, key, head, d_head_v]`` (each contiguous in its last
+    dimension) and of ``options`` (normalization, activation, causal, query_start, eps)."""
+    batch, queries, heads, d_head = q.shape
+    strides = [t.stride()[i] for t in (q, k, v) for i in range(3)]
+    return Spec(
+        B=batch,
+        Q=queries,
+        K=k.shape[1],
+        KP=-(-k.shape[1] // LANES) * LANES,
+        H=heads,
+        D=d_head,
+        E=v.shape[-1],
+        query_start=options["query_start"],
+        causal=int(options["causal"]),
+        norm=NORMALIZATIONS[options["normalization"]],
+        vnet=VALUE_NETWORKS[options["activation"]],
+        scale=d_head**-0.5,
+        eps=options["eps"],
+        **dict(zip(STRIDES, strides, strict=True)),
+    )
+
+
+def padded(x: torch.Tensor | None, keys: int) -> torch.Tensor | None:
+    """x ``[..., key]``, contiguous, with zeros to ``keys`` keys (the kernel's rows)."""
+    if x is None or x.shape[-1] == keys:
+        return None if x is None else x.contiguous()
+    return torch.nn.functional.pad(x, (0, keys - x.shape[-1])).contiguous()
+
+
+def core_forward(spec: Spec, q, k, v, bias, drop) -> tuple[torch.Tensor, torch.Tensor]:
+    """z ``[batch, query, head, d_head_v]`` and the rows softmax's backward reuses (bias
+    and drop padded to ``spec.KP`` keys)."""
+    z = q.new_empty(spec.B, spec.Q, spec.H, spec.E)
+    rows = q.new_empty(spec.B, spec.Q, spec.H, 2)  # softmax's row maximum and 1 / sum
+    pointers = [address(t) for t in (q, k, v, bias, drop, z, rows)]
+    library().attention_forward(ctypes.byref(spec), threads(), *pointers)
+    return z, rows
+
+
+def core_backward(spec: Spec, saved, dz, dq, dk, dv, bias_grad: bool) -> torch.Tensor | None:
+    """Writes the gradients into dq, dk and dv (laid out as q, k and v); the bias's
+    gradient, where ``bias_grad``."""
+    q, k, v, bias, drop, rows = saved
+    count = threads()
+    dbias = None  # one [head, query, padded key] sum per thread's slice of the batch
+    if bias is not None and bias_grad:
+        dbias = bias.new_zeros(count, *bias.shape)
+    dz = dz.contiguous()  # held here: the kernel reads it after the list is built
+    pointers = [address(t) for t in (q, k, v, bias, drop, rows, dz, dq, dk, dv, dbias)]
+    library().attention_backward(ctypes.byref(spec), count, *pointers)
+    return None if dbias is None else dbias.sum(0)[..., : spec.K]
 
 
 class FusedAttentionCore(torch.autograd.Function):
@@ -61,34 +127,55 @@ class FusedAttentionCore(torch.autograd.Function):
     (keep / (1 - p), or None)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, bias, drop, spec: Spec):  # type: ignore[override]
-        # keys contiguous in k and v: [batch, head, d, key]
-        q = q.contiguous()
-        kt, vt = k.permute(0, 2, 3, 1).contiguous(), v.permute(0, 2, 3, 1).contiguous()
-        bias = None if bias is None else bias.contiguous()
-        drop = None if drop is None else drop.contiguous()
-        z = q.new_empty(spec.B, spec.Q, spec.H, spec.E)
-        pointers = [address(t) for t in (q, kt, vt, bias, drop, z)]
-        library().attention_forward(ctypes.byref(spec), threads(), *pointers)
-        ctx.save_for_backward(q, kt, vt, bias, drop)
-        ctx.spec = spec
+    def forward(ctx, q, k, v, bias, drop, options: dict):  # type: ignore[override]
+        q, k, v = (t.contiguous() for t in (q, k, v))
+        ctx.spec = core_spec(q, k, v, **options)
+        bias, drop = padded(bias, ctx.spec.KP), padded(drop, ctx.spec.KP)
+        z, rows = core_forward(ctx.spec, q, k, v, bias, drop)
+        ctx.save_for_backward(q, k, v, bias, drop, rows)
         return z
 
     @staticmethod
     def backward(ctx, dz):  # type: ignore[override]
-        q, kt, vt, bias, drop = ctx.saved_tensors
-        spec: Spec = ctx.spec
-        dz = dz.contiguous()
-        dq = torch.empty_like(q)
-        dkt, dvt = torch.zeros_like(kt), torch.zeros_like(vt)
-        count = threads()
-        dbias = None  # one [head, query, key] sum per thread's slice of the batch
-        if bias is not None and ctx.needs_input_grad[3]:
-            dbias = bias.new_zeros(count, *bias.shape)
-        pointers = [address(t) for t in (q, kt, vt, bias, drop, dz, dq, dkt, dvt, dbias)]
-        library().attention_backward(ctypes.byref(spec), count, *pointers)
-        dk, dv = dkt.permute(0, 3, 1, 2), dvt.permute(0, 3, 1, 2)
-        return dq, dk, dv, None if dbias is None else dbias.sum(0), None, None
+        q, k, v = ctx.saved_tensors[:3]
+        dq, dk, dv = (torch.empty_like(t) for t in (q, k, v))
+        dbias = core_backward(ctx.spec, ctx.saved_tensors, dz, dq, dk, dv, ctx.needs_input_grad[3])
+        return dq, dk, dv, dbias, None, None
+
+
+def unpack(packed: torch.Tensor, widths: tuple[int, int], query_start: int):
+    """q (from ``query_start`` on), k and v: views of a self-attention's projection
+    ``[batch, pos, head, d_q + d_k + d_v]`` (``widths``: d_q, d_k)."""
+    d_q, d_k = widths
+    return packed[:, query_start:, :, :d_q], packed[..., d_q : d_q + d_k], packed[..., d_q + d_k :]
+
+
+class FusedSelfAttentionCore(torch.autograd.Function):
+    """:class:`FusedAttentionCore` of q, k and v packed in one projection ``[batch, pos,
+    head, d_q + d_k + d_v]``, read in place; its gradient comes back packed the same way."""
+
+    @staticmethod
+    def forward(ctx, packed, bias, drop, widths, options: dict):  # type: ignore[override]
+        packed = packed.contiguous()
+        q, k, v = unpack(packed, widths, options["query_start"])
+        ctx.spec = core_spec(q, k, v, **options)
+        bias, drop = padded(bias, ctx.spec.KP), padded(drop, ctx.spec.KP)
+        z, rows = core_forward(ctx.spec, q, k, v, bias, drop)
+        ctx.save_for_backward(packed, bias, drop, rows)
+        ctx.widths, ctx.query_start = widths, options["query_start"]
+        return z
+
+    @staticmethod
+    def backward(ctx, dz):  # type: ignore[override]
+        packed, bias, drop, rows = ctx.saved_tensors
+        q, k, v = unpack(packed, ctx.widths, ctx.query_start)
+        d_packed = torch.empty_like(packed)
+        dq, dk, dv = unpack(d_packed, ctx.widths, ctx.query_start)
+        if ctx.query_start:  # positions before the queries ask nothing
+            d_packed[:, : ctx.query_start, :, : ctx.widths[0]] = 0
+        saved = (q, k, v, bias, drop, rows)
+        dbias = core_backward(ctx.spec, saved, dz, dq, dk, dv, ctx.needs_input_grad[1])
+        return d_packed, dbias, None, None, None
 
 
 def fused_attention_core(
@@ -106,19 +193,26 @@ def fused_attention_core(
 ) -> torch.Tensor:
     """The fused core's z ``[batch, query, head, d_head_v]`` (see :class:`FusedAttentionCore`);
     scores are scaled by ``d_head ** -0.5``."""
-    batch, queries, heads, d_head = q.shape
-    spec = Spec(
-        B=batch,
-        Q=queries,
-        K=k.shape[1],
-        H=heads,
-        D=d_head,
-        E=v.shape[-1],
-        query_start=query_start,
-        causal=int(causal),
-        norm=NORMALIZATIONS[normalization],
-        vnet=VALUE_NETWORKS[activation],
-        scale=d_head**-0.5,
-        eps=eps,
-    )
-    return FusedAttentionCore.apply(q, k, v, bias, drop, spec)
+    options = dict(normalization=normalization, activation=activation, causal=causal,
+                   query_start=query_start, eps=eps)  # fmt: skip
+    return FusedAttentionCore.apply(q, k, v, bias, drop, options)
+
+
+def fused_self_attention_core(
+    packed: torch.Tensor,
+    widths: tuple[int, int],
+    bias: torch.Tensor | None,
+    drop: torch.Tensor | None,
+    *,
+    normalization: str,
+    activation: str | None,
+    causal: bool,
+    query_start: int,
+    eps: float,
+) -> torch.Tensor:
+    """z ``[batch, pos - query_start, head, d_head_v]`` of self-attention's q, k and v
+    packed in ``packed`` ``[batch, pos, head, d_q + d_k + d_v]`` (``widths``: d_q, d_k;
+    see :class:`FusedSelfAttentionCore`); scores are scaled by ``d_q ** -0.5``."""
+    options = dict(normalization=normalization, activation=activation, causal=causal,
+                   query_start=query_start, eps=eps)  # fmt: skip
+    return FusedSelfAttentionCore.apply(packed, bias, drop, widths, options)

@@ -32,7 +32,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from latentlens.kernels import kernels_apply
-from latentlens.kernels.attention_core import fused_attention_core, supports
+from latentlens.kernels.attention_core import (
+    fused_attention_core,
+    fused_self_attention_core,
+    supports,
+)
 from latentlens.models.config import AttentionConfig
 from latentlens.models.hooked import HookPoint
 from latentlens.models.init import embedding_normal_, lecun_normal_
@@ -142,6 +146,8 @@ class Attention(nn.Module):
                     f"query_start={query_start} leaves no query of the {x.shape[1]} "
                     f"positions; it must lie in [0, {x.shape[1] - 1}]"
                 )
+            if key_mask is None and self._fused_core_applies(x, packed=True):
+                return self._output(self._fused_self_attention(x, query_start))
             q, k, v = self._project(x, x, query_start)
         else:
             check_input("kv", kv, (x.shape[0], None, cfg.kv_width), "[batch, key_pos, d_kv]")
@@ -155,20 +161,8 @@ class Attention(nn.Module):
         batch, q_len, k_len = q.shape[0], q.shape[1], k.shape[1]
         q, k, v = self.hook_q(q), self.hook_k(k), self.hook_v(v)
         if key_mask is None and self._fused_core_applies(q):
-            bias = None if self.rel_pos is None else self.rel_pos(q_len, k_len, query_start)
-            drop = self._dropout_factors(q_len, k_len, x.device, q.dtype)
-            z = fused_attention_core(
-                q,
-                k,
-                v,
-                bias,
-                None if drop is None else drop[0, 0],
-                normalization=cfg.normalization,
-                activation=cfg.activation,
-                causal=cfg.causal,
-                query_start=query_start,
-                eps=cfg.rms_eps,
-            )
+            bias, drop = self._fused_core_extras(q_len, k_len, x, query_start)
+            z = fused_attention_core(q, k, v, bias, drop, **self._fused_core_options(query_start))
             return self._output(z)
 
         # Scaling q ([.., d_head] per head) costs less than scaling the [.., key] scores.
@@ -210,20 +204,48 @@ class Attention(nn.Module):
         keep = torch.rand(1, 1, q_len, k_len, device=device) >= self.cfg.dropout
         return keep.to(dtype) / (1.0 - self.cfg.dropout)
 
-    def _fused_core_applies(self, q: torch.Tensor) -> bool:
+    def _fused_core_applies(self, q: torch.Tensor, packed: bool = False) -> bool:
         """Whether this pass takes the fused CPU kernel (:attr:`fused` set, see
         :mod:`latentlens.kernels.attention_core`): an attention the kernel computes, no hook
-        on the core's intermediates, and a tensor the kernels run on
+        on the core's intermediates (nor, for the ``packed`` self-attention path that never
+        forms q, k and v apart, on them), and a tensor the kernels run on
         (:func:`~latentlens.kernels.kernels_apply`)."""
         inner = (self.hook_attn_scores, self.hook_pattern)
         if self.cfg.value_network == "mlp":
             inner += (self.hook_vnet_pre, self.hook_vnet_post)
+        if packed:
+            inner += (self.hook_q, self.hook_k, self.hook_v)
         return (
             self.fused
             and self.fused_core_supported
             and not any(h._forward_hooks or h._backward_hooks for h in inner)
             and kernels_apply(q)
         )
+
+    def _fused_self_attention(self, x: torch.Tensor, query_start: int) -> torch.Tensor:
+        """The fused core's z ``[batch, query_pos, head, d_head_v]`` of self-attention on
+        ``x``, reading q, k and v in place in their joint projection."""
+        weights, biases = [self.W_Q, self.W_K, self.W_V], [self.b_Q, self.b_K, self.b_V]
+        packed = self._joint_projection(x, weights, biases)
+        q_len, k_len = x.shape[1] - query_start, x.shape[1]
+        bias, drop = self._fused_core_extras(q_len, k_len, x, query_start)
+        widths = (self.W_Q.shape[-1], self.W_K.shape[-1])
+        options = self._fused_core_options(query_start)
+        return fused_self_attention_core(packed, widths, bias, drop, **options)
+
+    def _fused_core_extras(
+        self, q_len: int, k_len: int, x: torch.Tensor, query_start: int
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """The fused core's relative position bias ``[head, query, key]`` and dropout
+        factors ``[query, key]`` (each None where the layer has none)."""
+        bias = None if self.rel_pos is None else self.rel_pos(q_len, k_len, query_start)
+        drop = self._dropout_factors(q_len, k_len, x.device, x.dtype)
+        return bias, None if drop is None else drop[0, 0]
+
+    def _fused_core_options(self, query_start: int) -> dict:
+        cfg = self.cfg
+        return dict(normalization=cfg.normalization, activation=cfg.activation,
+                    causal=cfg.causal, query_start=query_start, eps=cfg.rms_eps)  # fmt: skip
 
     def _project(
         self, x: torch.Tensor, kv: torch.Tensor, query_start: int = 0
@@ -241,7 +263,7 @@ class Attention(nn.Module):
         weights, biases = [self.W_K, self.W_V], [self.b_K, self.b_V]
         if kv is x:
             weights, biases = [self.W_Q, *weights], [self.b_Q, *biases]
-        fused = torch.einsum("bpm,hmd->bphd", kv, torch.cat(weights, -1)) + torch.cat(biases, -1)
+        fused = self._joint_projection(kv, weights, biases)
         parts = fused.split([w.shape[-1] for w in weights], -1)
         if kv is x:
             q, k, v = parts[0][:, query_start:], parts[1], parts[2]
@@ -249,6 +271,14 @@ class Attention(nn.Module):
         parts = [t.contiguous() for t in parts]
         q = torch.einsum("bpm,hmd->bphd", x, self.W_Q) + self.b_Q
         return q, parts[0], parts[1]
+
+    @staticmethod
+    def _joint_projection(
+        stream: torch.Tensor, weights: list[torch.Tensor], biases: list[torch.Tensor]
+    ) -> torch.Tensor:
+        """``stream`` ``[batch, pos, d]`` through several projections at once: ``[batch,
+        pos, head, sum of their widths]``, each head's outputs side by side."""
+        return torch.einsum("bpm,hmd->bphd", stream, torch.cat(weights, -1)) + torch.cat(biases, -1)
 
     def _mask(
         self,
