@@ -23,12 +23,13 @@ configuration (2 features of 5 values, T = 18, D = 64, 2 layers, batch 64);
 
 Modes of latentlens's step: ``eager`` (the default); ``compile`` (the training objective
 compiled by inductor's C++ backend, ``train --compile``); ``fused`` (the fused CPU
-kernels of ``latentlens.kernels``, ``train --fused``); ``bf16`` (bfloat16 autocast,
+kernels of ``latentlens.kernels``, ``train --fused``); ``fused-compile`` (both: the
+compiled step calls the attention kernel); ``bf16`` (bfloat16 autocast,
 ``--precision bf16``, a precision choice); ``seeds`` (``--group`` seeds in one vmapped step,
 ``--seeds``, counted as seed-steps/s: the throughput of a seed sweep); ``cores``,
-``cores-compile`` and ``cores-fused`` (``--threads`` runs at once, each in its own process
-with one thread, eager, compiled or fused: how a sweep uses the cores; their seed-steps/s
-added up).
+``cores-compile``, ``cores-fused`` and ``cores-fused-compile`` (``--threads`` runs at once,
+each in its own process with one thread, in that mode: how a sweep uses the cores; their
+seed-steps/s added up).
 
 The peak is a large float32 and bfloat16 matmul timed here before and after (the better of
 the two); a step's arithmetic is counted by ``step_flops.py``'s FlopCounterMode (forward and
@@ -65,7 +66,9 @@ from latentlens.training import (  # noqa: E402
 )
 from latentlens.training.objective import TrainingObjective  # noqa: E402
 
-MODES = ("eager", "compile", "fused", "bf16", "seeds", "cores", "cores-compile", "cores-fused")
+MODES = ("eager", "compile", "fused", "fused-compile", "bf16", "seeds", "cores", "cores-compile",
+         "cores-fused", "cores-fused-compile")  # fmt: skip
+FLAGS = {"compile": ["--compile"], "fused": ["--fused"], "fused-compile": ["--fused", "--compile"]}
 # Table A1's fuzzy-logic setting: its 9 runs (3 variants x 3 seeds) of 50,000 steps
 A1 = {"seq_len": 32, "frac_test": 0.7}
 A1_RUNS, A1_STEPS = 9, 50_000
@@ -128,8 +131,9 @@ def latentlens_steps(
             ]
             steps[mode] = StepTimer(SeedGroup(trainers).train_step, group)
         else:
+            flags = FLAGS.get(mode, [])
             trainer = Trainer(None, config, device="cpu", quiet=True,
-                              compile=mode == "compile", fused=mode == "fused")  # fmt: skip
+                              compile="--compile" in flags, fused="--fused" in flags)  # fmt: skip
             steps[mode] = StepTimer(trainer.train_step, 1)
     return steps
 
@@ -208,8 +212,7 @@ class RunsPerCore:
             path.write_text(json.dumps({**spec, "seed": seed}))
             command = [sys.executable, __file__, "--serve", str(path)]
             env = {**os.environ, "OMP_NUM_THREADS": "1"}
-            flags = {"compile": ["--compile"], "fused": ["--fused"]}.get(step, [])
-            self.servers.append(Server(command + flags, env))
+            self.servers.append(Server(command + FLAGS.get(step, []), env))
 
     def __call__(self, steps: int) -> float:
         for server in self.servers:

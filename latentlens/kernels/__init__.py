@@ -13,14 +13,16 @@ from torch import nn
 from latentlens.kernels import attention_core, gelu_tanh
 
 
-def kernels_apply(tensor: torch.Tensor) -> bool:
+def kernels_apply(tensor: torch.Tensor, compiles: bool = False) -> bool:
     """Whether a layer switched to the kernels may run them on ``tensor``: float32 on the
-    CPU, outside autocast and torch.compile (which traces PyTorch's ops instead)."""
+    CPU, outside autocast, and outside torch.compile unless the kernel is a PyTorch
+    operator that compiled code calls (``compiles``: self-attention's core; the GELU is
+    left to the compiler, which fuses it with its neighbours)."""
     return (
         tensor.device.type == "cpu"
         and tensor.dtype == torch.float32
         and not torch.is_autocast_enabled("cpu")
-        and not torch.compiler.is_compiling()
+        and (compiles or not torch.compiler.is_compiling())
     )
 
 

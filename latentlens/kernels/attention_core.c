@@ -16,7 +16,7 @@
    dbias [H, Q, KP] (or NULL); drop [Q, KP] (the dropout mask's keep / (1 - p), or NULL),
    zero past K;
    z, dz [B, Q, H, E]; rows [B, Q, H, 2] (softmax's row maximum and inverse sum, written
-   forward, read backward), all contiguous. Query i sits at key position
+   forward, read backward; unused by the other normalisations), all contiguous. Query i sits at key position
    query_start + i: with the causal mask it sees keys 0 .. query_start + i.
 
    norm: 0 softmax over keys, 1 rms across heads (HYLA's), 2 none (linear attention).
@@ -210,7 +210,8 @@ static void forward_slice(const Spec *p, int b0, int b1, const float *q, const f
         transpose_keys(p, k, v, b, &w);
         for (int i = 0; i < p->Q; i++) {
             const int n = keys_seen(p, i), nb = (n + LANES - 1) / LANES;
-            pattern(p, q, bias, drop, b, i, n, nb, rows + ((size_t)b * p->Q + i) * H * 2, 0, &w);
+            float *row = p->norm == 0 ? rows + ((size_t)b * p->Q + i) * H * 2 : NULL;
+            pattern(p, q, bias, drop, b, i, n, nb, row, 0, &w);
             if (p->vnet) value_hidden(p, nb, &w);
             float *zi = z + ((size_t)b * p->Q + i) * H * E;
             for (int h = 0; h < H; h++)
@@ -311,8 +312,8 @@ static void backward_slice(const Spec *p, int b0, int b1, const float *q, const 
         memset(w.dkt, 0, sizeof(float) * H * (D + E) * KP); /* dvt follows dkt */
         for (int i = 0; i < p->Q; i++) {
             const int n = keys_seen(p, i), nb = (n + LANES - 1) / LANES;
-            pattern(p, q, bias, drop, b, i, n, nb, (float *)rows + ((size_t)b * p->Q + i) * H * 2,
-                    1, &w);
+            float *row = p->norm == 0 ? (float *)rows + ((size_t)b * p->Q + i) * H * 2 : NULL;
+            pattern(p, q, bias, drop, b, i, n, nb, row, 1, &w);
             pattern_gradient(p, dz + ((size_t)b * p->Q + i) * H * E, nb, &w);
             score_gradient(p, drop, i, n, nb, &w);
             /* ds into q, k and the bias. */

@@ -96,11 +96,17 @@ def padded(x: torch.Tensor | None, keys: int) -> torch.Tensor | None:
     return torch.nn.functional.pad(x, (0, keys - x.shape[-1])).contiguous()
 
 
+def row_shape(batch: int, queries: int, heads: int, softmax: bool) -> tuple[int, ...]:
+    """The shape of the rows the forward pass keeps for the backward: softmax's row
+    maximum and inverse sum ``[batch, query, head, 2]``; nothing for the others."""
+    return (batch, queries, heads, 2) if softmax else (0,)
+
+
 def core_forward(spec: Spec, q, k, v, bias, drop) -> tuple[torch.Tensor, torch.Tensor]:
     """z ``[batch, query, head, d_head_v]`` and the rows softmax's backward reuses (bias
     and drop padded to ``spec.KP`` keys)."""
     z = q.new_empty(spec.B, spec.Q, spec.H, spec.E)
-    rows = q.new_empty(spec.B, spec.Q, spec.H, 2)  # softmax's row maximum and 1 / sum
+    rows = q.new_empty(row_shape(spec.B, spec.Q, spec.H, spec.norm == NORMALIZATIONS["softmax"]))
     pointers = [address(t) for t in (q, k, v, bias, drop, z, rows)]
     library().attention_forward(ctypes.byref(spec), threads(), *pointers)
     return z, rows
@@ -117,7 +123,7 @@ def core_backward(spec: Spec, saved, dz, dq, dk, dv, bias_grad: bool) -> torch.T
     dz = dz.contiguous()  # held here: the kernel reads it after the list is built
     pointers = [address(t) for t in (q, k, v, bias, drop, rows, dz, dq, dk, dv, dbias)]
     library().attention_backward(ctypes.byref(spec), count, *pointers)
-    return None if dbias is None else dbias.sum(0)[..., : spec.K]
+    return None if dbias is None else dbias.sum(0)[..., : spec.K].contiguous()
 
 
 class FusedAttentionCore(torch.autograd.Function):
@@ -150,32 +156,90 @@ def unpack(packed: torch.Tensor, widths: tuple[int, int], query_start: int):
     return packed[:, query_start:, :, :d_q], packed[..., d_q : d_q + d_k], packed[..., d_q + d_k :]
 
 
-class FusedSelfAttentionCore(torch.autograd.Function):
-    """:class:`FusedAttentionCore` of q, k and v packed in one projection ``[batch, pos,
-    head, d_q + d_k + d_v]``, read in place; its gradient comes back packed the same way."""
+@torch.library.custom_op("latentlens::self_attention_core", mutates_args=())
+def self_attention_core(
+    packed: torch.Tensor,
+    bias: torch.Tensor | None,
+    drop: torch.Tensor | None,
+    d_q: int,
+    d_k: int,
+    normalization: str,
+    activation: str | None,
+    causal: bool,
+    query_start: int,
+    eps: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """z ``[batch, pos - query_start, head, d_v]`` and the rows of :func:`row_shape` of
+    the fused core on q, k and v packed in one projection ``[batch, pos, head, d_q + d_k +
+    d_v]``, read in place. A PyTorch operator (``torch.ops.latentlens``), so that
+    torch.compile calls the kernel inside a compiled step; its gradient is
+    :func:`self_attention_core_backward`'s, packed the same way."""
+    packed = packed.contiguous()
+    options = dict(normalization=normalization, activation=activation, causal=causal,
+                   query_start=query_start, eps=eps)  # fmt: skip
+    q, k, v = unpack(packed, (d_q, d_k), query_start)
+    spec = core_spec(q, k, v, **options)
+    return core_forward(spec, q, k, v, padded(bias, spec.KP), padded(drop, spec.KP))
 
-    @staticmethod
-    def forward(ctx, packed, bias, drop, widths, options: dict):  # type: ignore[override]
-        packed = packed.contiguous()
-        q, k, v = unpack(packed, widths, options["query_start"])
-        ctx.spec = core_spec(q, k, v, **options)
-        bias, drop = padded(bias, ctx.spec.KP), padded(drop, ctx.spec.KP)
-        z, rows = core_forward(ctx.spec, q, k, v, bias, drop)
-        ctx.save_for_backward(packed, bias, drop, rows)
-        ctx.widths, ctx.query_start = widths, options["query_start"]
-        return z
 
-    @staticmethod
-    def backward(ctx, dz):  # type: ignore[override]
-        packed, bias, drop, rows = ctx.saved_tensors
-        q, k, v = unpack(packed, ctx.widths, ctx.query_start)
-        d_packed = torch.empty_like(packed)
-        dq, dk, dv = unpack(d_packed, ctx.widths, ctx.query_start)
-        if ctx.query_start:  # positions before the queries ask nothing
-            d_packed[:, : ctx.query_start, :, : ctx.widths[0]] = 0
-        saved = (q, k, v, bias, drop, rows)
-        dbias = core_backward(ctx.spec, saved, dz, dq, dk, dv, ctx.needs_input_grad[1])
-        return d_packed, dbias, None, None, None
+@self_attention_core.register_fake
+def _(packed, bias, drop, d_q, d_k, normalization, activation, causal, query_start, eps):
+    batch, positions, heads, width = packed.shape
+    queries = positions - query_start
+    rows = row_shape(batch, queries, heads, normalization == "softmax")
+    return packed.new_empty(batch, queries, heads, width - d_q - d_k), packed.new_empty(rows)
+
+
+@torch.library.custom_op("latentlens::self_attention_core_backward", mutates_args=())
+def self_attention_core_backward(
+    packed: torch.Tensor,
+    bias: torch.Tensor | None,
+    drop: torch.Tensor | None,
+    rows: torch.Tensor,
+    dz: torch.Tensor,
+    d_q: int,
+    d_k: int,
+    normalization: str,
+    activation: str | None,
+    causal: bool,
+    query_start: int,
+    eps: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The gradients of :func:`self_attention_core` with respect to ``packed`` (packed
+    alike) and ``bias`` (empty where there is none)."""
+    packed = packed.contiguous()
+    options = dict(normalization=normalization, activation=activation, causal=causal,
+                   query_start=query_start, eps=eps)  # fmt: skip
+    q, k, v = unpack(packed, (d_q, d_k), query_start)
+    spec = core_spec(q, k, v, **options)
+    d_packed = torch.empty_like(packed)
+    dq, dk, dv = unpack(d_packed, (d_q, d_k), query_start)
+    if query_start:  # positions before the queries ask nothing of q
+        d_packed[:, :query_start, :, :d_q] = 0
+    saved = (q, k, v, padded(bias, spec.KP), padded(drop, spec.KP), rows)
+    dbias = core_backward(spec, saved, dz, dq, dk, dv, bias is not None)
+    return d_packed, packed.new_empty(0) if dbias is None else dbias
+
+
+@self_attention_core_backward.register_fake
+def _(packed, bias, drop, rows, dz, d_q, d_k, normalization, activation, causal, query_start,
+      eps):  # fmt: skip
+    return torch.empty_like(packed), packed.new_empty(0) if bias is None else torch.empty_like(bias)
+
+
+def _save_for_backward(ctx, inputs, output) -> None:
+    packed, bias, drop, *options = inputs
+    ctx.save_for_backward(packed, bias, drop, output[1])
+    ctx.options = options
+
+
+def _backward(ctx, dz, d_rows):
+    packed, bias, drop, rows = ctx.saved_tensors
+    d_packed, dbias = self_attention_core_backward(packed, bias, drop, rows, dz, *ctx.options)
+    return (d_packed, None if bias is None else dbias) + (None,) * 8
+
+
+self_attention_core.register_autograd(_backward, setup_context=_save_for_backward)
 
 
 def fused_attention_core(
@@ -212,7 +276,8 @@ def fused_self_attention_core(
 ) -> torch.Tensor:
     """z ``[batch, pos - query_start, head, d_head_v]`` of self-attention's q, k and v
     packed in ``packed`` ``[batch, pos, head, d_q + d_k + d_v]`` (``widths``: d_q, d_k;
-    see :class:`FusedSelfAttentionCore`); scores are scaled by ``d_q ** -0.5``."""
-    options = dict(normalization=normalization, activation=activation, causal=causal,
-                   query_start=query_start, eps=eps)  # fmt: skip
-    return FusedSelfAttentionCore.apply(packed, bias, drop, widths, options)
+    see :func:`self_attention_core`); scores are scaled by ``d_q ** -0.5``."""
+    z, _ = self_attention_core(
+        packed, bias, drop, *widths, normalization, activation, causal, query_start, eps
+    )
+    return z

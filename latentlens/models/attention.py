@@ -209,7 +209,8 @@ class Attention(nn.Module):
         :mod:`latentlens.kernels.attention_core`): an attention the kernel computes, no hook
         on the core's intermediates (nor, for the ``packed`` self-attention path that never
         forms q, k and v apart, on them), and a tensor the kernels run on
-        (:func:`~latentlens.kernels.kernels_apply`)."""
+        (:func:`~latentlens.kernels.kernels_apply`; the packed path's operator also inside
+        torch.compile)."""
         inner = (self.hook_attn_scores, self.hook_pattern)
         if self.cfg.value_network == "mlp":
             inner += (self.hook_vnet_pre, self.hook_vnet_post)
@@ -219,7 +220,7 @@ class Attention(nn.Module):
             self.fused
             and self.fused_core_supported
             and not any(h._forward_hooks or h._backward_hooks for h in inner)
-            and kernels_apply(q)
+            and kernels_apply(q, compiles=packed)
         )
 
     def _fused_self_attention(self, x: torch.Tensor, query_start: int) -> torch.Tensor:

@@ -280,11 +280,6 @@ class Trainer:
         )
         if self.train_cfg.precision == "bf16" and self.device.type == "cpu":
             warn_if_bf16_is_emulated()
-        if fused and compile:
-            raise ValueError(
-                "--fused and --compile exclude each other (a compiled step ignores the fused "
-                "kernel); keep the one that measures faster for this model"
-            )
         if fused:
             use_fused_kernels_on_cpu(self.model, self.device)
         # Hooks added after compilation are ignored: compile only the hook-free train path

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from latentlens.kernels import build
+from latentlens.kernels import attention_core, build
 from latentlens.training import SeedGroup, Trainer, seed_configs
 from tests.training.test_trainer import tiny_config
 
@@ -41,16 +41,51 @@ def test_a_fused_run_trains_as_the_pytorch_run(tmp_path: Path, attention: str) -
     )
 
 
+@pytest.mark.parametrize("attention", ["softmax", "hyla"])
+def test_a_compiled_fused_run_trains_as_the_eager_run(tmp_path: Path, attention: str) -> None:
+    """``--fused --compile``: the compiled step calls self-attention's kernel as a PyTorch
+    operator (and leaves the GELU to the compiler). Dropout is off and the tolerance is
+    ``--compile``'s (tests/training/test_cpu_compile.py: inductor draws its own random
+    numbers and may reorder float sums)."""
+    config = tiny_config(steps=20, attention=attention)
+    config = {**config, "model": {**config["model"], "attention_dropout": 0.0}}
+    eager = Trainer.create(tmp_path / "eager", config, device="cpu", quiet=True)
+    both = Trainer.create(tmp_path / "both", config, device="cpu", quiet=True, fused=True,
+                          compile=True)  # fmt: skip
+    calls = []
+    kernel = attention_core.core_forward
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(attention_core, "core_forward", lambda *a: calls.append(1) or kernel(*a))
+        both_losses = torch.stack([both.train_step().detach() for _ in range(12)])
+    assert len(calls) == 12 * len(both.model.blocks)  # the kernel ran in every layer's step
+    eager_losses = torch.stack([eager.train_step().detach() for _ in range(12)])
+    torch.testing.assert_close(both_losses, eager_losses, rtol=1e-3, atol=1e-4)
+    weights = both.model.state_dict()
+    for name, weight in eager.model.state_dict().items():
+        if attention == "softmax" and name.endswith("attn.b_K"):
+            continue  # see test_a_fused_run_trains_as_the_pytorch_run
+        torch.testing.assert_close(weights[name], weight, rtol=1e-3, atol=1e-4, msg=name)
+
+
+def test_the_kernel_operator_is_registered_completely() -> None:
+    """torch.library's checks of the operator compiled steps call: its fake (shape)
+    function, its autograd formula and its schema against the kernel itself."""
+    gen = torch.Generator().manual_seed(0)
+    packed = torch.randn(2, 19, 3, 2 + 2 + 3, generator=gen, requires_grad=True)
+    bias = torch.randn(3, 19 - 4, 19, generator=gen, requires_grad=True)
+    drop = (torch.rand(19 - 4, 19, generator=gen) > 0.2) / 0.8
+    for options in [("softmax", None, False, 4, 1e-6), ("rms_head", "relu", True, 4, 1e-6)]:
+        args = (packed, bias, drop, 2, 2, *options)
+        torch.library.opcheck(attention_core.self_attention_core, args)
+
+
 def test_fused_is_refused_where_it_cannot_apply(tmp_path: Path) -> None:
     config = tiny_config()
-    with pytest.raises(ValueError, match="--fused and --compile exclude each other"):
-        Trainer.create(tmp_path / "a", config, device="cpu", quiet=True, fused=True,
-                       compile=True)  # fmt: skip
     runs = [tmp_path / "s0", tmp_path / "s1"]
     with pytest.raises(ValueError, match="drop --seeds"):
         SeedGroup.create(runs, seed_configs(config, [0, 1]), device="cpu", quiet=True,
                          fused=True)  # fmt: skip
-    assert not any(path.exists() for path in [tmp_path / "a", *runs])
+    assert not any(path.exists() for path in runs)
 
 
 def test_fused_without_a_c_compiler_is_a_one_line_error(tmp_path: Path, monkeypatch) -> None:
