@@ -290,6 +290,11 @@ def measure(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
     return {"rows": rows}
 
 
+def widths(mode: str) -> tuple[int, int]:
+    """The widths of a mode's rate and ratio columns (its name and a space at least)."""
+    return max(20, len(mode) + 2), max(24, len(mode) + 13)
+
+
 def row_line(row: dict[str, Any], modes: list[str]) -> str:
     rates = row["rates"]
     cells = [f"{row['task']:<15}{row['variant']:<9}{spread(rates['official']):>20}"]
@@ -297,7 +302,8 @@ def row_line(row: dict[str, Any], modes: list[str]) -> str:
         ratios = [
             ours / theirs for ours, theirs in zip(rates[mode], rates["official"], strict=True)
         ]
-        cells.append(f"{spread(rates[mode]):>20}{spread(ratios, 2) + 'x':>24}")
+        rate, ratio = widths(mode)
+        cells.append(f"{spread(rates[mode]):>{rate}}{spread(ratios, 2) + 'x':>{ratio}}")
     return "".join(cells)
 
 
@@ -334,7 +340,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     header = f"{'task':<15}{'variant':<9}{'official':>20}"
     for mode in args.modes:
-        header += f"{mode:>20}{mode + ' / official':>24}"
+        rate, ratio = widths(mode)
+        header += f"{mode:>{rate}}{mode + ' / official':>{ratio}}"
     print(header, flush=True)  # rows follow as each task and variant is measured
     with tempfile.TemporaryDirectory() as folder:
         result = measure(args, Path(folder))

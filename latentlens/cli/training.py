@@ -125,7 +125,8 @@ def add_train_parser(commands: argparse._SubParsersAction) -> None:
         "--fused",
         action="store_true",
         help="compute attention and the MLP's GELU with latentlens's fused CPU kernels (C, "
-        "built on first use; float32, the same step to rounding; needs a C compiler)",
+        "built on first use; float32, the same step to rounding; needs a C compiler; "
+        "combines with --compile)",
     )
     train.add_argument(
         "--cuda-graphs",

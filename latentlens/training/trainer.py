@@ -164,8 +164,8 @@ def use_fused_kernels_on_cpu(model: torch.nn.Module, device: torch.device) -> No
         )
     if not use_fused_kernels(model):
         raise ValueError(
-            "--fused has no kernel for this model (it covers transformer MLPs and linear or "
-            "HYLA attention with relu or identity values); drop --fused"
+            "--fused has no kernel for this model (it covers transformer MLPs and softmax, "
+            "linear or HYLA attention with linear, relu or identity values); drop --fused"
         )
 
 
