@@ -156,6 +156,19 @@ def unpack(packed: torch.Tensor, widths: tuple[int, int], query_start: int):
     return packed[:, query_start:, :, :d_q], packed[..., d_q : d_q + d_k], packed[..., d_q + d_k :]
 
 
+def packed_core(packed: torch.Tensor, d_q: int, d_k: int, *options):
+    """``packed`` contiguous, its q, k and v views and the kernel's :class:`Spec` of them
+    (``options``: normalization, activation, causal, query_start, eps)."""
+    packed = packed.contiguous()
+    names = ("normalization", "activation", "causal", "query_start", "eps")
+    named = dict(zip(names, options, strict=True))
+    q, k, v = unpack(packed, (d_q, d_k), named["query_start"])
+    return packed, (q, k, v), core_spec(q, k, v, **named)
+
+
+# Inductor's graph cache keys a compiled step on the operators' names, not their Python:
+# a change to what an operator returns (its fake function) needs a new name, or a cached
+# step built on the old one fails its size checks.
 @torch.library.custom_op("latentlens::self_attention_core", mutates_args=())
 def self_attention_core(
     packed: torch.Tensor,
@@ -174,11 +187,8 @@ def self_attention_core(
     d_v]``, read in place. A PyTorch operator (``torch.ops.latentlens``), so that
     torch.compile calls the kernel inside a compiled step; its gradient is
     :func:`self_attention_core_backward`'s, packed the same way."""
-    packed = packed.contiguous()
-    options = dict(normalization=normalization, activation=activation, causal=causal,
-                   query_start=query_start, eps=eps)  # fmt: skip
-    q, k, v = unpack(packed, (d_q, d_k), query_start)
-    spec = core_spec(q, k, v, **options)
+    packed, (q, k, v), spec = packed_core(packed, d_q, d_k, normalization, activation, causal,
+                                          query_start, eps)  # fmt: skip
     return core_forward(spec, q, k, v, padded(bias, spec.KP), padded(drop, spec.KP))
 
 
@@ -207,11 +217,8 @@ def self_attention_core_backward(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The gradients of :func:`self_attention_core` with respect to ``packed`` (packed
     alike) and ``bias`` (empty where there is none)."""
-    packed = packed.contiguous()
-    options = dict(normalization=normalization, activation=activation, causal=causal,
-                   query_start=query_start, eps=eps)  # fmt: skip
-    q, k, v = unpack(packed, (d_q, d_k), query_start)
-    spec = core_spec(q, k, v, **options)
+    packed, (q, k, v), spec = packed_core(packed, d_q, d_k, normalization, activation, causal,
+                                          query_start, eps)  # fmt: skip
     d_packed = torch.empty_like(packed)
     dq, dk, dv = unpack(d_packed, (d_q, d_k), query_start)
     if query_start:  # positions before the queries ask nothing of q
@@ -267,17 +274,10 @@ def fused_self_attention_core(
     widths: tuple[int, int],
     bias: torch.Tensor | None,
     drop: torch.Tensor | None,
-    *,
-    normalization: str,
-    activation: str | None,
-    causal: bool,
-    query_start: int,
-    eps: float,
+    **options,
 ) -> torch.Tensor:
     """z ``[batch, pos - query_start, head, d_head_v]`` of self-attention's q, k and v
     packed in ``packed`` ``[batch, pos, head, d_q + d_k + d_v]`` (``widths``: d_q, d_k;
-    see :func:`self_attention_core`); scores are scaled by ``d_q ** -0.5``."""
-    z, _ = self_attention_core(
-        packed, bias, drop, *widths, normalization, activation, causal, query_start, eps
-    )
+    see :func:`self_attention_core`); ``options`` as :func:`fused_attention_core`'s."""
+    z, _ = self_attention_core(packed, bias, drop, *widths, **options)
     return z

@@ -22,7 +22,6 @@ def library() -> ctypes.CDLL:
     lib = load("gelu_tanh")
     lib.gelu_tanh_forward.argtypes = [ctypes.c_int, ctypes.c_size_t] + [ctypes.c_void_p] * 2
     lib.gelu_tanh_backward.argtypes = [ctypes.c_int, ctypes.c_size_t] + [ctypes.c_void_p] * 3
-    lib.threads_used.argtypes = [ctypes.c_int]
     return lib
 
 
