@@ -17,6 +17,7 @@ import platform
 import shutil
 import subprocess
 import tempfile
+import warnings
 from functools import cache
 from pathlib import Path
 
@@ -30,12 +31,15 @@ HERE = Path(__file__).resolve().parent
 FLAGS = (
     "-O3",
     "-march=native",
-    "-fopenmp",
     "-fno-math-errno",
     "-fno-trapping-math",
     "-fPIC",
     "-shared",
 )
+OPENMP = "-fopenmp"
+# Where the compiler cannot build OpenMP (clang without libomp), the kernels are built
+# without it and run every call on one thread: slower, the same numbers.
+WITHOUT_OPENMP = "-fopenmp-simd"
 
 
 def c_compiler() -> str | None:
@@ -66,7 +70,9 @@ def threads() -> int:
 @cache
 def load(name: str) -> ctypes.CDLL:
     """The shared library of kernel ``name`` (``name.c`` beside this module), built on
-    first use. Raises RuntimeError naming the fix when no C compiler is found."""
+    first use, with OpenMP where the compiler builds it (else without, once, with a
+    warning). Raises RuntimeError naming the fix when no C compiler is found or the
+    build fails."""
     compiler = c_compiler()
     if compiler is None:
         raise RuntimeError(
@@ -74,23 +80,46 @@ def load(name: str) -> ctypes.CDLL:
             "(gcc, cc or clang, or $CC); install one (e.g. apt install gcc) or train "
             "without --fused"
         )
-    setting = [" ".join(FLAGS), compiler, cpu_identity()]
-    source = (HERE / f"{name}.c").read_bytes()
-    key = hashlib.sha256(b"\0".join([source, *map(str.encode, setting)])).hexdigest()[:16]
-    library = cache_folder() / "kernels" / key / f"{name}.so"
-    if not library.exists():
-        library.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(dir=library.parent) as scratch:
-            built = Path(scratch) / library.name
-            result = subprocess.run(
-                [compiler, *FLAGS, "-o", str(built), str(HERE / f"{name}.c")],
-                capture_output=True,
-                text=True,
-            )
-            if result.returncode:
-                raise RuntimeError(
-                    f"building the fused CPU kernel {name}.c with {compiler} failed; train "
-                    f"without --fused, or report this output:\n{result.stderr.strip()}"
+    source = HERE / f"{name}.c"
+    result = None
+    for parallel in (OPENMP, WITHOUT_OPENMP):
+        flags = [*FLAGS, parallel]
+        setting = [" ".join(flags), compiler, cpu_identity()]
+        key = hashlib.sha256(b"\0".join([source.read_bytes(), *map(str.encode, setting)]))
+        library = cache_folder() / "kernels" / key.hexdigest()[:16] / f"{name}.so"
+        failed = library.with_suffix(".failed")  # this setting's errors, not retried
+        if failed.exists():
+            result = failed.read_text()
+            continue
+        if library.exists() or (result := build(compiler, flags, source, library)) is None:
+            if parallel == WITHOUT_OPENMP:
+                warnings.warn(
+                    f"the fused CPU kernel {name}.c was built without OpenMP ({compiler} "
+                    f"could not build {OPENMP}), so it runs on one thread; install OpenMP "
+                    "(e.g. libomp-dev for clang) for parallel kernels",
+                    stacklevel=2,
                 )
-            os.replace(built, library)
-    return ctypes.CDLL(str(library))
+            return ctypes.CDLL(str(library))
+        if parallel == OPENMP:
+            partial = failed.with_name(f"{failed.name}.{os.getpid()}")
+            partial.write_text(result)
+            os.replace(partial, failed)
+    raise RuntimeError(
+        f"building the fused CPU kernel {name}.c with {compiler} failed; train "
+        f"without --fused, or report this output:\n{result}"
+    )
+
+
+def build(compiler: str, flags: list[str], source: Path, library: Path) -> str | None:
+    """Compile ``source`` into ``library`` (written whole or not at all); the compiler's
+    errors where it fails, else None."""
+    library.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=library.parent) as scratch:
+        built = Path(scratch) / library.name
+        result = subprocess.run(
+            [compiler, *flags, "-o", str(built), str(source)], capture_output=True, text=True
+        )
+        if result.returncode:
+            return result.stderr.strip()
+        os.replace(built, library)
+    return None

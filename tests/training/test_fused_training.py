@@ -6,6 +6,7 @@ relative."""
 
 from __future__ import annotations
 
+import ctypes
 from pathlib import Path
 
 import pytest
@@ -96,6 +97,28 @@ def test_fused_without_a_c_compiler_is_a_one_line_error(tmp_path: Path, monkeypa
         message = "C compiler and none was found .* or train without --fused"
         with pytest.raises(RuntimeError, match=message):
             build.load("gelu_tanh")
+    finally:
+        build.load.cache_clear()
+
+
+def test_a_compiler_without_openmp_builds_one_thread_kernels(tmp_path: Path, monkeypatch) -> None:
+    """Where the compiler cannot build OpenMP (here: an option it refuses in its place),
+    the kernel is built without it, says so once, and runs on one thread; the failed
+    setting is remembered rather than recompiled in every process."""
+    monkeypatch.setenv("LATENTLENS_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(build, "OPENMP", "-fno-such-openmp-option")
+    built, compile_source = [], build.build
+    monkeypatch.setattr(build, "build", lambda *a: built.append(a[1]) or compile_source(*a))
+    build.load.cache_clear()
+    try:
+        with pytest.warns(UserWarning, match="built without OpenMP .* runs on one thread"):
+            library = build.load("attention_core")
+        library.threads_used.argtypes = [ctypes.c_int]
+        assert library.threads_used(3) == 1
+        build.load.cache_clear()
+        with pytest.warns(UserWarning, match="built without OpenMP"):
+            build.load("attention_core")
+        assert [flags[-1] for flags in built] == ["-fno-such-openmp-option", "-fopenmp-simd"]
     finally:
         build.load.cache_clear()
 
