@@ -89,10 +89,13 @@ def core_spec(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **options) -> S
     )
 
 
-def padded(x: torch.Tensor | None, keys: int) -> torch.Tensor | None:
-    """x ``[..., key]``, contiguous, with zeros to ``keys`` keys (the kernel's rows)."""
-    if x is None or x.shape[-1] == keys:
-        return None if x is None else x.contiguous()
+def padded(x: torch.Tensor | None) -> torch.Tensor | None:
+    """x ``[..., key]``, contiguous, with zeros to a multiple of :data:`LANES` keys (the
+    kernel's rows). Padded before the kernel is called, so that autograd slices the
+    bias's gradient back and the padding is done once a step."""
+    if x is None:
+        return None
+    keys = -(-x.shape[-1] // LANES) * LANES
     return torch.nn.functional.pad(x, (0, keys - x.shape[-1])).contiguous()
 
 
@@ -104,7 +107,13 @@ def row_shape(batch: int, queries: int, heads: int, softmax: bool) -> tuple[int,
 
 def core_forward(spec: Spec, q, k, v, bias, drop) -> tuple[torch.Tensor, torch.Tensor]:
     """z ``[batch, query, head, d_head_v]`` and the rows softmax's backward reuses (bias
-    and drop padded to ``spec.KP`` keys)."""
+    and drop :func:`padded`)."""
+    for name, extra in (("bias", bias), ("drop", drop)):
+        if extra is not None and (extra.shape[-1] != spec.KP or not extra.is_contiguous()):
+            raise ValueError(
+                f"the fused core's {name} must come padded to {spec.KP} keys and contiguous "
+                f"(got shape {tuple(extra.shape)}); pass it through padded()"
+            )
     z = q.new_empty(spec.B, spec.Q, spec.H, spec.E)
     rows = q.new_empty(row_shape(spec.B, spec.Q, spec.H, spec.norm == NORMALIZATIONS["softmax"]))
     pointers = [address(t) for t in (q, k, v, bias, drop, z, rows)]
@@ -123,20 +132,19 @@ def core_backward(spec: Spec, saved, dz, dq, dk, dv, bias_grad: bool) -> torch.T
     dz = dz.contiguous()  # held here: the kernel reads it after the list is built
     pointers = [address(t) for t in (q, k, v, bias, drop, rows, dz, dq, dk, dv, dbias)]
     library().attention_backward(ctypes.byref(spec), count, *pointers)
-    return None if dbias is None else dbias.sum(0)[..., : spec.K].contiguous()
+    return None if dbias is None else dbias.sum(0)
 
 
 class FusedAttentionCore(torch.autograd.Function):
     """``z [batch, query, head, d_head_v]`` from q ``[batch, query, head, d_head]``, k
     ``[batch, key, head, d_head]``, v ``[batch, key, head, d_head_v]``, the relative
     position bias ``[head, query, key]`` (or None) and the dropout factors ``[query, key]``
-    (keep / (1 - p), or None)."""
+    (keep / (1 - p), or None), both :func:`padded`."""
 
     @staticmethod
     def forward(ctx, q, k, v, bias, drop, options: dict):  # type: ignore[override]
         q, k, v = (t.contiguous() for t in (q, k, v))
         ctx.spec = core_spec(q, k, v, **options)
-        bias, drop = padded(bias, ctx.spec.KP), padded(drop, ctx.spec.KP)
         z, rows = core_forward(ctx.spec, q, k, v, bias, drop)
         ctx.save_for_backward(q, k, v, bias, drop, rows)
         return z
@@ -184,12 +192,12 @@ def self_attention_core(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """z ``[batch, pos - query_start, head, d_v]`` and the rows of :func:`row_shape` of
     the fused core on q, k and v packed in one projection ``[batch, pos, head, d_q + d_k +
-    d_v]``, read in place. A PyTorch operator (``torch.ops.latentlens``), so that
-    torch.compile calls the kernel inside a compiled step; its gradient is
-    :func:`self_attention_core_backward`'s, packed the same way."""
+    d_v]``, read in place (bias and drop :func:`padded`). A PyTorch operator
+    (``torch.ops.latentlens``), so that torch.compile calls the kernel inside a compiled
+    step; its gradient is :func:`self_attention_core_backward`'s, packed the same way."""
     packed, (q, k, v), spec = packed_core(packed, d_q, d_k, normalization, activation, causal,
                                           query_start, eps)  # fmt: skip
-    return core_forward(spec, q, k, v, padded(bias, spec.KP), padded(drop, spec.KP))
+    return core_forward(spec, q, k, v, bias, drop)
 
 
 @self_attention_core.register_fake
@@ -223,7 +231,7 @@ def self_attention_core_backward(
     dq, dk, dv = unpack(d_packed, (d_q, d_k), query_start)
     if query_start:  # positions before the queries ask nothing of q
         d_packed[:, :query_start, :, :d_q] = 0
-    saved = (q, k, v, padded(bias, spec.KP), padded(drop, spec.KP), rows)
+    saved = (q, k, v, bias, drop, rows)
     dbias = core_backward(spec, saved, dz, dq, dk, dv, bias is not None)
     return d_packed, packed.new_empty(0) if dbias is None else dbias
 
@@ -266,7 +274,7 @@ def fused_attention_core(
     scores are scaled by ``d_head ** -0.5``."""
     options = dict(normalization=normalization, activation=activation, causal=causal,
                    query_start=query_start, eps=eps)  # fmt: skip
-    return FusedAttentionCore.apply(q, k, v, bias, drop, options)
+    return FusedAttentionCore.apply(q, k, v, padded(bias), padded(drop), options)
 
 
 def fused_self_attention_core(
@@ -279,5 +287,5 @@ def fused_self_attention_core(
     """z ``[batch, pos - query_start, head, d_head_v]`` of self-attention's q, k and v
     packed in ``packed`` ``[batch, pos, head, d_q + d_k + d_v]`` (``widths``: d_q, d_k;
     see :func:`self_attention_core`); ``options`` as :func:`fused_attention_core`'s."""
-    z, _ = self_attention_core(packed, bias, drop, *widths, **options)
+    z, _ = self_attention_core(packed, padded(bias), padded(drop), *widths, **options)
     return z

@@ -203,3 +203,14 @@ def test_self_attention_reads_q_k_and_v_in_place_or_apart_alike() -> None:
     assert seen == [torch.Size([3, 14, 4, 2])]
     for packed, apart in zip(*runs, strict=True):
         torch.testing.assert_close(packed, apart, rtol=0, atol=0)
+
+
+def test_an_unpadded_bias_is_refused_before_the_kernel_reads_past_it() -> None:
+    packed, bias = torch.randn(2, 19, 3, 7), torch.randn(3, 19, 19)
+    options = ("softmax", None, False, 0, 1e-6)
+    with pytest.raises(ValueError, match="bias must come padded to 32 keys"):
+        attention_core.self_attention_core(packed, bias, None, 2, 2, *options)
+    z, _ = attention_core.self_attention_core(
+        packed, attention_core.padded(bias), None, 2, 2, *options
+    )
+    assert z.shape == (2, 19, 3, 3)

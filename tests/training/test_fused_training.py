@@ -76,7 +76,7 @@ def test_the_kernel_operator_is_registered_completely() -> None:
     bias = torch.randn(3, 19 - 4, 19, generator=gen, requires_grad=True)
     drop = (torch.rand(19 - 4, 19, generator=gen) > 0.2) / 0.8
     for options in [("softmax", None, False, 4, 1e-6), ("rms_head", "relu", True, 4, 1e-6)]:
-        args = (packed, bias, drop, 2, 2, *options)
+        args = (packed, attention_core.padded(bias), attention_core.padded(drop), 2, 2, *options)
         results = torch.library.opcheck(attention_core.self_attention_core, args)
         assert set(results) >= {"test_schema", "test_autograd_registration", "test_faketensor"}
         assert all(outcome == "SUCCESS" for outcome in results.values()), results
