@@ -16,8 +16,8 @@ from latentlens.kernels import attention_core, gelu_tanh
 def kernels_apply(tensor: torch.Tensor, compiles: bool = False) -> bool:
     """Whether a layer switched to the kernels may run them on ``tensor``: float32 on the
     CPU, outside autocast, and outside torch.compile unless the kernel is a PyTorch
-    operator that compiled code calls (``compiles``: self-attention's core; the GELU is
-    left to the compiler, which fuses it with its neighbours)."""
+    operator that compiled code calls (``compiles``: self-attention's core and the
+    GELU)."""
     return (
         tensor.device.type == "cpu"
         and tensor.dtype == torch.float32

@@ -50,7 +50,7 @@ class MLP(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``[batch, pos, d_model] -> [batch, pos, d_model]``."""
         pre = self.hook_pre(self.fc_in(x))
-        fused = self.fused and kernels_apply(pre)
+        fused = self.fused and kernels_apply(pre, compiles=True)
         hidden = fused_gelu_tanh(pre) if fused else F.gelu(pre, approximate="tanh")
         return self.fc_out(self.hook_post(hidden))
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from latentlens.kernels import attention_core, build
+from latentlens.kernels import attention_core, build, gelu_tanh
 from latentlens.training import SeedGroup, Trainer, seed_configs
 from tests.training.test_trainer import tiny_config
 
@@ -44,8 +44,8 @@ def test_a_fused_run_trains_as_the_pytorch_run(tmp_path: Path, attention: str) -
 
 @pytest.mark.parametrize("attention", ["softmax", "hyla"])
 def test_a_compiled_fused_run_trains_as_the_eager_run(tmp_path: Path, attention: str) -> None:
-    """``--fused --compile``: the compiled step calls self-attention's kernel as a PyTorch
-    operator (and leaves the GELU to the compiler). Dropout is off and the tolerance is
+    """``--fused --compile``: the compiled step calls self-attention's kernel and the
+    GELU's as PyTorch operators. Dropout is off and the tolerance is
     ``--compile``'s (tests/training/test_cpu_compile.py: inductor draws its own random
     numbers and may reorder float sums)."""
     config = tiny_config(steps=20, attention=attention)
@@ -54,11 +54,14 @@ def test_a_compiled_fused_run_trains_as_the_eager_run(tmp_path: Path, attention:
     both = Trainer.create(tmp_path / "both", config, device="cpu", quiet=True, fused=True,
                           compile=True)  # fmt: skip
     calls = []
-    kernel = attention_core.core_forward
+    kernel, gelu = attention_core.core_forward, gelu_tanh.elementwise
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(attention_core, "core_forward", lambda *a: calls.append(1) or kernel(*a))
+        patch.setattr(attention_core, "core_forward", lambda *a: calls.append("core") or kernel(*a))
+        patch.setattr(gelu_tanh, "elementwise", lambda *a: calls.append(a[0].__name__) or gelu(*a))
         both_losses = torch.stack([both.train_step().detach() for _ in range(12)])
-    assert len(calls) == 12 * len(both.model.blocks)  # the kernel ran in every layer's step
+    # each kernel ran in every layer's step, the GELU's forward and backward
+    for name in ("core", "gelu_tanh_forward", "gelu_tanh_backward"):
+        assert calls.count(name) == 12 * len(both.model.blocks), name
     eager_losses = torch.stack([eager.train_step().detach() for _ in range(12)])
     torch.testing.assert_close(both_losses, eager_losses, rtol=1e-3, atol=1e-4)
     weights = both.model.state_dict()
@@ -68,9 +71,9 @@ def test_a_compiled_fused_run_trains_as_the_eager_run(tmp_path: Path, attention:
         torch.testing.assert_close(weights[name], weight, rtol=1e-3, atol=1e-4, msg=name)
 
 
-def test_the_kernel_operator_is_registered_completely() -> None:
-    """torch.library's checks of the operator compiled steps call: its fake (shape)
-    function, its autograd formula and its schema against the kernel itself."""
+def test_the_kernel_operators_are_registered_completely() -> None:
+    """torch.library's checks of the operators compiled steps call: their fake (shape)
+    functions, autograd formulas and schemas against the kernels themselves."""
     gen = torch.Generator().manual_seed(0)
     packed = torch.randn(2, 19, 3, 2 + 2 + 3, generator=gen, requires_grad=True)
     bias = torch.randn(3, 19 - 4, 19, generator=gen, requires_grad=True)
@@ -78,6 +81,15 @@ def test_the_kernel_operator_is_registered_completely() -> None:
     for options in [("softmax", None, False, 4, 1e-6), ("rms_head", "relu", True, 4, 1e-6)]:
         args = (packed, attention_core.padded(bias), attention_core.padded(drop), 2, 2, *options)
         results = torch.library.opcheck(attention_core.self_attention_core, args)
+        assert set(results) >= {"test_schema", "test_autograd_registration", "test_faketensor"}
+        assert all(outcome == "SUCCESS" for outcome in results.values()), results
+    x = torch.randn(5, 3, 7, generator=gen).transpose(0, 2).requires_grad_()  # strided
+    dy = torch.randn(7, 3, 5, generator=gen)
+    for operator, args in [
+        (gelu_tanh.gelu_tanh, (x,)),
+        (gelu_tanh.gelu_tanh_backward, (x.detach(), dy)),
+    ]:
+        results = torch.library.opcheck(operator, args)
         assert set(results) >= {"test_schema", "test_autograd_registration", "test_faketensor"}
         assert all(outcome == "SUCCESS" for outcome in results.values()), results
 
