@@ -251,6 +251,39 @@ def peak_gflops(dtype: torch.dtype, repeats: int = 5) -> float:
     return best
 
 
+def serve_matmuls(size: int = 1024) -> None:
+    """One thread timing float32 ``size``-square matmuls on request: for each line ``N``
+    it reads, the GFLOP/s of ``N`` of them (see :class:`Server`)."""
+    torch.set_num_threads(1)
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    torch.mm(a, b)
+    print("ready", flush=True)
+    for line in sys.stdin:
+        start = time.perf_counter()
+        for _ in range(int(line)):
+            torch.mm(a, b)
+        print(int(line) * 2 * size**3 / (time.perf_counter() - start) / 1e9, flush=True)
+
+
+def peak_per_core(cores: int, rounds: int = 3, matmuls: int = 40) -> tuple[float, float]:
+    """The float32 matmul GFLOP/s of one thread alone, and of each of ``cores`` one-thread
+    processes multiplying at once (the setting of the ``cores`` modes; cores that share
+    a physical core, power or memory each get less): the best of ``rounds`` each."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    servers = [Server([sys.executable, __file__, "--serve-matmuls"], env) for _ in range(cores)]
+    try:
+        alone = max(servers[0](matmuls) for _ in range(rounds))
+        together = 0.0
+        for _ in range(rounds):
+            for server in servers:
+                server.ask(matmuls)
+            together = max(together, sum(float(server.read()) for server in servers) / cores)
+    finally:
+        for server in servers:
+            server.close()
+    return alone, together
+
+
 def matmul_seconds(a: torch.Tensor, b: torch.Tensor) -> float:
     start = time.perf_counter()
     torch.mm(a, b)
@@ -313,6 +346,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--serve", type=Path, help=argparse.SUPPRESS)  # a cores-mode run
     parser.add_argument("--compile", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--fused", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--serve-matmuls", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--tasks", nargs="+", default=["fuzzy-logic", "sraven-default"],
                         choices=TASKS)  # fmt: skip
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
@@ -325,6 +359,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.serve:
         serve(args.serve, args.compile, args.fused)
+        return 0
+    if args.serve_matmuls:
+        serve_matmuls()
         return 0
     if args.official is None or not (args.official / "hyla" / "experiment.py").is_file():
         parser.error(f"--official {args.official}: not a checkout of the official code")
@@ -352,6 +389,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\npeak matmul here: float32 {peak['fp32']:.0f} GFLOP/s, bfloat16 "
           f"{peak['bf16']:.1f} GFLOP/s (square matmuls up to 2048, best of 5, before and "
           "after)")  # fmt: skip
+    alone, together = peak_per_core(args.threads)
+    result.update(peak_per_core={"alone": alone, "together": together})
+    print(f"one-thread float32 matmul (1024): {alone:.0f} GFLOP/s alone, {together:.0f} "
+          f"GFLOP/s on each of {args.threads} cores at once (best of 3)")  # fmt: skip
     print(f"{'task':<15}{'variant':<9}{'GFLOP/step':>11}  achieved GFLOP/s (share of fp32 peak)")
     for row in result["rows"]:
         cells = []
@@ -359,14 +400,16 @@ def main(argv: list[str] | None = None) -> int:
             per_step = statistics.median(row["rates"][mode]) * row["gflop"]
             cells.append(f"{mode} {per_step:.0f} ({per_step / peak['fp32']:.0%})")
         print(f"{row['task']:<15}{row['variant']:<9}{row['gflop']:>11.2f}  " + ", ".join(cells))
-    projection_lines(result["rows"], args.modes)
+    projection_lines(result["rows"], args.modes, args.threads * together)
     if args.out:
         args.out.write_text(json.dumps(result, indent=1))
     return 0
 
 
-def projection_lines(rows: list[dict[str, Any]], modes: list[str]) -> None:
-    """Table A1's 9 runs of 50,000 steps at the measured fuzzy-logic-a1 rates."""
+def projection_lines(rows: list[dict[str, Any]], modes: list[str], cores_gflops: float) -> None:
+    """Table A1's 9 runs of 50,000 steps at the measured fuzzy-logic-a1 rates, and the
+    arithmetic alone at ``cores_gflops`` (every core multiplying at once): no mode can
+    beat that floor."""
     a1 = [row for row in rows if row["task"] == "fuzzy-logic-a1"]
     if len(a1) != len(VARIANTS):
         return
@@ -376,6 +419,11 @@ def projection_lines(rows: list[dict[str, Any]], modes: list[str]) -> None:
         hours = sum(A1_RUNS // len(a1) * A1_STEPS / statistics.median(row["rates"][mode])
                     for row in a1) / 3600  # fmt: skip
         print(f"  {mode:<9}{hours:6.2f} h")
+    gflop = sum(A1_RUNS // len(a1) * A1_STEPS * row["gflop"] for row in a1)
+    print(
+        f"  the arithmetic alone at the matmul rate of every core at once "
+        f"({cores_gflops:.0f} GFLOP/s): {gflop / cores_gflops / 3600:.2f} h"
+    )
 
 
 if __name__ == "__main__":
