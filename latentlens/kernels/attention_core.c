@@ -101,12 +101,16 @@ typedef struct {
 /* One query's working set, in blocks of LANES keys: [H][NB] or [E][NB], NB = KP / LANES;
    and one batch element's k and v transposed, kt [H, D, KP] and vt [H, E, KP], with their
    gradients dkt and dvt. */
+/* Every helper is inlined into its slice, so that a specialised slice (SPECIALISED) sees
+   its sizes as constants. */
+#define INLINE static inline __attribute__((always_inline))
+
 typedef struct {
     vf *s, *a, *ad, *da, *r, *u, *phi, *du;
     float *kt, *vt, *dkt, *dvt;
 } Buffers;
 
-static Buffers buffers(const Spec *p) {
+INLINE Buffers buffers(const Spec *p) {
     const size_t NB = p->KP / LANES, hk = (size_t)p->H * NB, ek = (size_t)p->E * NB;
     const size_t hdk = (size_t)p->H * p->D * NB, hek = (size_t)p->H * p->E * NB;
     vf *all = aligned_alloc(sizeof(vf), sizeof(vf) * (4 * hk + NB + 3 * ek + 2 * (hdk + hek)));
@@ -119,7 +123,7 @@ static Buffers buffers(const Spec *p) {
 }
 
 /* Batch element b's k and v into kt [H, D, KP] and vt [H, E, KP], zero past K. */
-static void transpose_keys(const Spec *p, const float *k, const float *v, int b, Buffers *w) {
+INLINE void transpose_keys(const Spec *p, const float *k, const float *v, int b, Buffers *w) {
     const int H = p->H, D = p->D, E = p->E, K = p->K, KP = p->KP;
     memset(w->kt, 0, sizeof(float) * H * (D + E) * KP); /* vt follows kt */
     for (int j = 0; j < K; j++)
@@ -131,7 +135,7 @@ static void transpose_keys(const Spec *p, const float *k, const float *v, int b,
         }
 }
 
-static int keys_seen(const Spec *p, int i) {
+INLINE int keys_seen(const Spec *p, int i) {
     return p->causal && p->query_start + i + 1 < p->K ? p->query_start + i + 1 : p->K;
 }
 
@@ -140,7 +144,7 @@ static int keys_seen(const Spec *p, int i) {
    maximum and inverse sum, per head, go to rows [H, 2] (forward) or come from it
    (backward: `saved`), so that the backward pass's pattern is the forward's, bit for bit,
    without its two reductions. */
-static void pattern(const Spec *p, const float *q, const float *bias, const float *drop, int b,
+INLINE void pattern(const Spec *p, const float *q, const float *bias, const float *drop, int b,
                     int i, int n, int nb, float *rows, int saved, Buffers *w) {
     const int H = p->H, KP = p->KP, D = p->D, NB = KP / LANES;
     for (int h = 0; h < H; h++) {
@@ -192,7 +196,7 @@ static void pattern(const Spec *p, const float *q, const float *bias, const floa
 }
 
 /* u [E][NB] = sum_h ad[h] vt[h] and phi = act(u), over nb blocks of keys. */
-static void value_hidden(const Spec *p, int nb, Buffers *w) {
+INLINE void value_hidden(const Spec *p, int nb, Buffers *w) {
     const float *vb = w->vt;
     const int H = p->H, KP = p->KP, E = p->E, NB = KP / LANES;
     for (int e = 0; e < E; e++)
@@ -205,7 +209,7 @@ static void value_hidden(const Spec *p, int nb, Buffers *w) {
         }
 }
 
-static void forward_slice(const Spec *p, int b0, int b1, const float *q, const float *k,
+INLINE void forward_slice(const Spec *p, int b0, int b1, const float *q, const float *k,
                           const float *v, const float *bias, const float *drop, float *z,
                           float *rows) {
     const int H = p->H, KP = p->KP, E = p->E, NB = KP / LANES;
@@ -235,7 +239,7 @@ static void forward_slice(const Spec *p, int b0, int b1, const float *q, const f
 
 /* The gradient da [H][NB] with respect to the dropped pattern ad of one query (dzi: its
    dz [H, E]), and each key's share of dv. */
-static void pattern_gradient(const Spec *p, const float *dzi, int nb, Buffers *w) {
+INLINE void pattern_gradient(const Spec *p, const float *dzi, int nb, Buffers *w) {
     const int H = p->H, KP = p->KP, E = p->E, NB = KP / LANES;
     const float *vb = w->vt;
     float *dvb = w->dvt;
@@ -273,7 +277,7 @@ static void pattern_gradient(const Spec *p, const float *dzi, int nb, Buffers *w
 
 /* da, through the dropout factors and the normalisation, becomes the scores' gradient ds
    (in da), zero past the n seen keys. */
-static void score_gradient(const Spec *p, const float *drop, int i, int n, int nb,
+INLINE void score_gradient(const Spec *p, const float *drop, int i, int n, int nb,
                            Buffers *w) {
     const int H = p->H, KP = p->KP, NB = KP / LANES;
     if (drop)
@@ -305,7 +309,7 @@ static void score_gradient(const Spec *p, const float *drop, int i, int n, int n
     }
 }
 
-static void backward_slice(const Spec *p, int b0, int b1, const float *q, const float *k,
+INLINE void backward_slice(const Spec *p, int b0, int b1, const float *q, const float *k,
                            const float *v, const float *bias, const float *drop,
                            const float *rows, const float *dz, float *dq, float *dk, float *dv,
                            float *dbias) {
@@ -352,14 +356,38 @@ static void backward_slice(const Spec *p, int b0, int b1, const float *q, const 
     free(w.s);
 }
 
+/* A slice with the sizes and options of `p` fixed at compile time where this library was
+   built for them (FIXED_D ... FIXED_VNET defined: build.py's per-model build, see
+   attention_core.py): `p` is copied with those fields set to constants, so that the
+   compiler unrolls the loops over a head's dimensions, the heads and the key blocks and
+   drops the branches of the other options. The same arithmetic in the same order: the
+   results are the generic path's, bit for bit. Any other spec takes the generic path. */
+#ifdef FIXED_D
+#define SPECIALISED(slice, p, ...)                                                            \
+    do {                                                                                       \
+        if ((p)->D == FIXED_D && (p)->E == FIXED_E && (p)->H == FIXED_H &&                     \
+            (p)->K == FIXED_K && (p)->causal == FIXED_CAUSAL && (p)->norm == FIXED_NORM &&     \
+            (p)->vnet == FIXED_VNET) {                                                         \
+            Spec fixed = *(p);                                                                 \
+            fixed.D = FIXED_D, fixed.E = FIXED_E, fixed.H = FIXED_H, fixed.K = FIXED_K;        \
+            fixed.KP = (FIXED_K + LANES - 1) / LANES * LANES, fixed.causal = FIXED_CAUSAL;     \
+            fixed.norm = FIXED_NORM, fixed.vnet = FIXED_VNET;                                  \
+            slice(&fixed, __VA_ARGS__);                                                        \
+        } else                                                                                 \
+            slice(p, __VA_ARGS__);                                                             \
+    } while (0)
+#else
+#define SPECIALISED(slice, p, ...) slice(p, __VA_ARGS__)
+#endif
+
 void attention_forward(const Spec *p, int threads, const float *q, const float *k,
                        const float *v, const float *bias, const float *drop, float *z,
                        float *rows) {
 #pragma omp parallel num_threads(threads)
     {
         const int part = omp_get_thread_num(), parts = omp_get_num_threads();
-        forward_slice(p, p->B * part / parts, p->B * (part + 1) / parts, q, k, v, bias, drop, z,
-                      rows);
+        const int b0 = p->B * part / parts, b1 = p->B * (part + 1) / parts;
+        SPECIALISED(forward_slice, p, b0, b1, q, k, v, bias, drop, z, rows);
     }
 }
 
@@ -370,8 +398,8 @@ void attention_backward(const Spec *p, int threads, const float *q, const float 
     {
         const int part = omp_get_thread_num(), parts = omp_get_num_threads();
         float *own = dbias ? dbias + (size_t)part * p->H * p->Q * p->KP : NULL;
-        backward_slice(p, p->B * part / parts, p->B * (part + 1) / parts, q, k, v, bias, drop,
-                       rows, dz, dq, dk, dv, own);
+        const int b0 = p->B * part / parts, b1 = p->B * (part + 1) / parts;
+        SPECIALISED(backward_slice, p, b0, b1, q, k, v, bias, drop, rows, dz, dq, dk, dv, own);
     }
 }
 

@@ -68,11 +68,11 @@ def threads() -> int:
 
 
 @cache
-def load(name: str) -> ctypes.CDLL:
+def load(name: str, defines: tuple[tuple[str, int], ...] = ()) -> ctypes.CDLL:
     """The shared library of kernel ``name`` (``name.c`` beside this module), built on
-    first use, with OpenMP where the compiler builds it (else without, once, with a
-    warning). Raises RuntimeError naming the fix when no C compiler is found or the
-    build fails."""
+    first use (each set of preprocessor ``defines`` ``(macro, value)`` its own library),
+    with OpenMP where the compiler builds it (else without, once, with a warning). Raises
+    RuntimeError naming the fix when no C compiler is found or the build fails."""
     compiler = c_compiler()
     if compiler is None:
         raise RuntimeError(
@@ -83,7 +83,7 @@ def load(name: str) -> ctypes.CDLL:
     source = HERE / f"{name}.c"
     result = None
     for parallel in (OPENMP, WITHOUT_OPENMP):
-        flags = [*FLAGS, parallel]
+        flags = [*FLAGS, *(f"-D{macro}={value}" for macro, value in defines), parallel]
         setting = [" ".join(flags), compiler, cpu_identity()]
         key = hashlib.sha256(b"\0".join([source.read_bytes(), *map(str.encode, setting)]))
         library = cache_folder() / "kernels" / key.hexdigest()[:16] / f"{name}.so"

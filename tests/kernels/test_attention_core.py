@@ -214,3 +214,47 @@ def test_an_unpadded_bias_is_refused_before_the_kernel_reads_past_it() -> None:
         packed, attention_core.padded(bias), None, 2, 2, *options
     )
     assert z.shape == (2, 19, 3, 3)
+
+
+@pytest.mark.parametrize(
+    ("normalization", "activation", "causal"),
+    [("softmax", None, True), ("rms_head", "relu", False), ("none", "identity", True)],
+)
+def test_a_library_built_for_the_sizes_computes_the_generic_numbers(
+    normalization, activation, causal, monkeypatch
+) -> None:
+    """A call of a training step's size takes a library built for its sizes and options
+    (the compiler unrolls its loops); it computes the generic library's numbers bit for
+    bit, forward and backward, here with a query slice, bias, dropout and 2 threads. Called
+    with a spec it was not built for (other heads), it takes its generic path."""
+    gen = torch.Generator().manual_seed(0)
+
+    def call(heads: int, choose) -> list[torch.Tensor]:
+        batch, keys, d, start = 64, 21, 2, 5
+        packed = torch.randn(batch, keys, heads, 3 * d, generator=gen)
+        bias = attention_core.padded(torch.randn(heads, keys - start, keys, generator=gen))
+        drop = attention_core.padded((torch.rand(keys - start, keys, generator=gen) > 0.2) / 0.8)
+        dz = torch.randn(batch, keys - start, heads, d, generator=gen)
+        options = (d, d, normalization, activation, causal, start, 1e-6)
+        monkeypatch.setattr(attention_core, "kernels_for", choose)
+        with torch_threads(2):
+            z, rows = attention_core.self_attention_core(packed, bias, drop, *options)
+            grads = attention_core.self_attention_core_backward(
+                packed, bias, drop, rows, dz, *options
+            )
+        monkeypatch.undo()
+        return [z, rows, *grads]
+
+    chosen = []
+    kernels_for = attention_core.kernels_for
+    state = gen.get_state()
+    specialised = call(8, lambda spec: chosen.append(kernels_for(spec)) or chosen[-1])
+    assert chosen[0] is not attention_core.library()  # built for (2, 2, 8, 21, ...)
+    gen.set_state(state)
+    generic = call(8, lambda spec: attention_core.library())
+    state = gen.get_state()
+    mismatched = call(4, lambda spec: chosen[0])
+    gen.set_state(state)
+    generic_4 = call(4, lambda spec: attention_core.library())
+    for ours, theirs in zip(specialised + mismatched, generic + generic_4, strict=True):
+        torch.testing.assert_close(ours, theirs, rtol=0, atol=0)
