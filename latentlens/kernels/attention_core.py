@@ -16,7 +16,8 @@ slices of one projection (:func:`fused_self_attention_core`), and its gradient i
 written whole, with no copies into or out of separate tensors. Key rows are padded
 inside the kernel to a multiple of :data:`LANES` keys, so that every loop over keys runs
 in whole vectors. Batch elements are split over ``torch.get_num_threads()`` threads
-(PyTorch's own OpenMP threads).
+(PyTorch's own OpenMP threads). A call of a training step's size runs a copy of the
+kernel compiled for its sizes and options (:func:`kernels_for`), the same numbers faster.
 """
 
 from __future__ import annotations
