@@ -53,7 +53,7 @@ def supports(normalization: str, activation: str | None) -> bool:
 
 
 # Calls with at least this many (batch, key, head) triples take a library built for their
-# sizes and options (:func:`kernels_for`): a few seconds' build, once per machine, that
+# sizes and options (:func:`kernels_for`): a 1.5 s build, once per machine and shape, that
 # pays in a training run; smaller calls (tests, single examples) take the generic one.
 SPECIALISE_FROM = 4096
 FIXED = ("D", "E", "H", "K", "causal", "norm", "vnet")
@@ -73,7 +73,7 @@ def library(fixed: tuple[tuple[str, int], ...] = ()) -> ctypes.CDLL:
 
 def kernels_for(spec: Spec) -> ctypes.CDLL:
     """The library for ``spec``: built for its head widths, heads, keys, mask and
-    attention (the compiler unrolls the loops over them: 1.3-2.5x faster at Table A1's
+    attention (the compiler unrolls the loops over them: 1.4-2.5x faster at Table A1's
     shapes, the same numbers bit for bit) where the call is large enough, else generic."""
     if spec.B * spec.K * spec.H < SPECIALISE_FROM:
         return library()
