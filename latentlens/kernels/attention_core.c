@@ -98,13 +98,13 @@ typedef struct {
 } Spec;
 
 
-/* One query's working set, in blocks of LANES keys: [H][NB] or [E][NB], NB = KP / LANES;
-   and one batch element's k and v transposed, kt [H, D, KP] and vt [H, E, KP], with their
-   gradients dkt and dvt. */
 /* Every helper is inlined into its slice, so that a specialised slice (SPECIALISED) sees
    its sizes as constants. */
 #define INLINE static inline __attribute__((always_inline))
 
+/* One query's working set, in blocks of LANES keys: [H][NB] or [E][NB], NB = KP / LANES;
+   and one batch element's k and v transposed, kt [H, D, KP] and vt [H, E, KP], with their
+   gradients dkt and dvt. */
 typedef struct {
     vf *s, *a, *ad, *da, *r, *u, *phi, *du;
     float *kt, *vt, *dkt, *dvt;
