@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from latentlens.kernels import attention_core, gelu_tanh
+from latentlens.kernels import attention_core, gelu_tanh, layer_norm
 
 
 def kernels_apply(tensor: torch.Tensor, compiles: bool = False) -> bool:
@@ -32,11 +32,12 @@ def use_fused_kernels(model: nn.Module, on: bool = True) -> int:
     returns how many layers take a kernel. Builds the kernels now (a second or two, once
     per machine), so that a missing compiler fails here."""
     from latentlens.models.attention import Attention  # the models import this package
-    from latentlens.models.transformer import MLP
+    from latentlens.models.transformer import MLP, DecoderTransformer
 
     layers = [m for m in model.modules() if isinstance(m, (Attention, MLP))]
+    streams = [m for m in model.modules() if isinstance(m, DecoderTransformer)]
     if on and layers:
-        attention_core.library(), gelu_tanh.library()
-    for layer in layers:
+        attention_core.library(), gelu_tanh.library(), layer_norm.library()
+    for layer in layers + streams:
         layer.fused = on
     return sum(getattr(layer, "fused_core_supported", True) for layer in layers)

@@ -246,10 +246,10 @@ def self_attention_core_backward(
     alike) and ``bias`` (empty where there is none)."""
     packed, (q, k, v), spec = packed_core(packed, d_q, d_k, normalization, activation, causal,
                                           query_start, eps)  # fmt: skip
-    d_packed = torch.empty_like(packed)
+    # Positions before the queries ask nothing of q: their gradient is left zero (one
+    # memset of the whole, 6x faster at Table A1's sizes than zeroing their strided q part).
+    d_packed = torch.zeros_like(packed) if query_start else torch.empty_like(packed)
     dq, dk, dv = unpack(d_packed, (d_q, d_k), query_start)
-    if query_start:  # positions before the queries ask nothing of q
-        d_packed[:, :query_start, :, :d_q] = 0
     saved = (q, k, v, bias, drop, rows)
     dbias = core_backward(spec, saved, dz, dq, dk, dv, bias is not None)
     return d_packed, packed.new_empty(0) if dbias is None else dbias

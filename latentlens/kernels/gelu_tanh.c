@@ -7,7 +7,14 @@
    runtime PyTorch has loaded). */
 
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#else /* built without OpenMP: one thread */
+static int omp_get_thread_num(void) { return 0; }
+static int omp_get_num_threads(void) { return 1; }
+#endif
 
 static const float BETA = 0.7978845608028654f, KAPPA = 0.044715f;
 
@@ -47,14 +54,58 @@ void gelu_tanh_forward(int threads, size_t n, const float *restrict x, float *re
     }
 }
 
+static inline float slope_of(float xi) {
+    const float square = xi * xi;
+    const float t = tanh_of(BETA * (xi + KAPPA * square * xi));
+    return 0.5f * (1.f + t) + 0.5f * xi * (1.f - t * t) * BETA * (1.f + 3.f * KAPPA * square);
+}
+
 void gelu_tanh_backward(int threads, size_t n, const float *restrict x,
                         const float *restrict dy, float *restrict dx) {
 #pragma omp parallel for simd num_threads(threads) schedule(static)
-    for (size_t i = 0; i < n; i++) {
-        const float xi = x[i], square = xi * xi;
-        const float t = tanh_of(BETA * (xi + KAPPA * square * xi));
-        const float slope = 0.5f * (1.f + t) +
-                            0.5f * xi * (1.f - t * t) * BETA * (1.f + 3.f * KAPPA * square);
-        dx[i] = dy[i] * slope;
+    for (size_t i = 0; i < n; i++) dx[i] = dy[i] * slope_of(x[i]);
+}
+
+/* The same after a bias add, over rows of c floats: y = gelu(h + b) with b [c], and
+   backward dh = dy gelu'(h + b) with db = the column sums of dh (each thread sums its
+   block of rows, the blocks added in thread order). */
+void bias_gelu_tanh_forward(int threads, size_t n, size_t c, const float *restrict h,
+                            const float *restrict b, float *restrict y) {
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (size_t row = 0; row < n; row++) {
+#pragma omp simd
+        for (size_t j = 0; j < c; j++) {
+            const float xi = h[row * c + j] + b[j];
+            y[row * c + j] = 0.5f * xi * (1.f + tanh_of(BETA * (xi + KAPPA * xi * xi * xi)));
+        }
     }
+}
+
+void bias_gelu_tanh_backward(int threads, size_t n, size_t c, const float *restrict h,
+                             const float *restrict b, const float *restrict dy,
+                             float *restrict dh, float *restrict db) {
+    if (threads < 1) threads = 1;
+    if ((size_t)threads > n) threads = n ? (int)n : 1;
+    float *partial = calloc((size_t)threads * c, sizeof(float));
+#pragma omp parallel num_threads(threads)
+    {
+        const int part = omp_get_thread_num(), parts = omp_get_num_threads();
+        const size_t begin = n * (size_t)part / (size_t)parts;
+        const size_t end = n * (size_t)(part + 1) / (size_t)parts;
+        float *mine = partial + (size_t)part * c;
+        for (size_t row = begin; row < end; row++) {
+#pragma omp simd
+            for (size_t j = 0; j < c; j++) {
+                const float d = dy[row * c + j] * slope_of(h[row * c + j] + b[j]);
+                dh[row * c + j] = d;
+                mine[j] += d;
+            }
+        }
+    }
+    for (size_t j = 0; j < c; j++) {
+        float total = 0.f;
+        for (int part = 0; part < threads; part++) total += partial[(size_t)part * c + j];
+        db[j] = total;
+    }
+    free(partial);
 }

@@ -22,6 +22,9 @@ def library() -> ctypes.CDLL:
     lib = load("gelu_tanh")
     lib.gelu_tanh_forward.argtypes = [ctypes.c_int, ctypes.c_size_t] + [ctypes.c_void_p] * 2
     lib.gelu_tanh_backward.argtypes = [ctypes.c_int, ctypes.c_size_t] + [ctypes.c_void_p] * 3
+    rows = [ctypes.c_int, ctypes.c_size_t, ctypes.c_size_t]
+    lib.bias_gelu_tanh_forward.argtypes = rows + [ctypes.c_void_p] * 3
+    lib.bias_gelu_tanh_backward.argtypes = rows + [ctypes.c_void_p] * 5
     return lib
 
 
@@ -98,3 +101,81 @@ def fused_gelu_tanh(x: torch.Tensor) -> torch.Tensor:
     if torch.compiler.is_compiling():
         return gelu_tanh(x)
     return FusedGeluTanh.apply(x)
+
+
+def bias_forward_values(h: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """``F.gelu(h + bias, approximate="tanh")`` of float32 CPU ``h [..., d]`` and
+    ``bias [d]``: a linear layer's bias added in the GELU's pass, not the matmul's."""
+    h = h.contiguous()
+    y = torch.empty_like(h)
+    columns = h.shape[-1]
+    library().bias_gelu_tanh_forward(
+        threads(), h.numel() // max(columns, 1), columns, h.data_ptr(),
+        bias.contiguous().data_ptr(), y.data_ptr(),
+    )  # fmt: skip
+    return y
+
+
+def bias_backward_values(
+    h: torch.Tensor, bias: torch.Tensor, dy: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(dh, dbias)``: the gradient at ``h + bias`` times ``dy``, and its column sums."""
+    h, dy = h.contiguous(), dy.contiguous()
+    dh, dbias = torch.empty_like(h), h.new_empty(h.shape[-1])
+    columns = h.shape[-1]
+    library().bias_gelu_tanh_backward(
+        threads(), h.numel() // max(columns, 1), columns, h.data_ptr(),
+        bias.contiguous().data_ptr(), dy.data_ptr(), dh.data_ptr(), dbias.data_ptr(),
+    )  # fmt: skip
+    return dh, dbias
+
+
+class FusedBiasGeluTanh(torch.autograd.Function):
+    """:func:`bias_forward_values` and its gradient in eager mode."""
+
+    @staticmethod
+    def forward(ctx, h, bias):  # type: ignore[override]
+        ctx.save_for_backward(h, bias)
+        return bias_forward_values(h, bias)
+
+    @staticmethod
+    def backward(ctx, dy):  # type: ignore[override]
+        return bias_backward_values(*ctx.saved_tensors, dy)
+
+
+def fused_bias_gelu_tanh(h: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """``F.gelu(h + bias, approximate="tanh")`` (float32 CPU ``h [..., d]``, ``bias
+    [d]``) on the kernels: an autograd function eagerly, the operator compiled."""
+    if torch.compiler.is_compiling():
+        return bias_gelu_tanh(h, bias)
+    return FusedBiasGeluTanh.apply(h, bias)
+
+
+bias_gelu_tanh = torch.library.custom_op(
+    "latentlens::bias_gelu_tanh", bias_forward_values, mutates_args=()
+)
+bias_gelu_tanh_backward = torch.library.custom_op(
+    "latentlens::bias_gelu_tanh_backward", bias_backward_values, mutates_args=()
+)
+
+
+@bias_gelu_tanh.register_fake
+def _(h, bias):
+    return torch.empty_like(h, memory_format=torch.contiguous_format)
+
+
+@bias_gelu_tanh_backward.register_fake
+def _(h, bias, dy):
+    return torch.empty_like(h, memory_format=torch.contiguous_format), h.new_empty(h.shape[-1])
+
+
+def _save_inputs(ctx, inputs, output) -> None:
+    ctx.save_for_backward(*inputs)
+
+
+def _bias_backward(ctx, dy):
+    h, bias = ctx.saved_tensors
+    return bias_gelu_tanh_backward(h, bias, dy)
+
+
+bias_gelu_tanh.register_autograd(_bias_backward, setup_context=_save_inputs)

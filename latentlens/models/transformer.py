@@ -25,7 +25,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from latentlens.kernels import kernels_apply
-from latentlens.kernels.gelu_tanh import fused_gelu_tanh
+from latentlens.kernels.gelu_tanh import fused_bias_gelu_tanh, fused_gelu_tanh
+from latentlens.kernels.layer_norm import fused_add_layer_norm
 from latentlens.models.attention import Attention
 from latentlens.models.config import AttentionConfig, TransformerConfig
 from latentlens.models.hooked import HookedModel, HookPoint
@@ -53,6 +54,13 @@ class MLP(nn.Module):
         fused = self.fused and kernels_apply(pre, compiles=True)
         hidden = fused_gelu_tanh(pre) if fused else F.gelu(pre, approximate="tanh")
         return self.fc_out(self.hook_post(hidden))
+
+    def unbiased(self, x: torch.Tensor) -> torch.Tensor:
+        """``[batch, pos, d_model] -> [batch, pos, d_model]``: the output less
+        ``fc_out``'s bias, with ``fc_in``'s bias added in the fused GELU's pass (float32
+        CPU tensors; the hooks do not run: for :meth:`DecoderTransformer`'s fused stream)."""
+        hidden = fused_bias_gelu_tanh(F.linear(x, self.fc_in.weight), self.fc_in.bias)
+        return F.linear(hidden, self.fc_out.weight)
 
 
 class TransformerBlock(nn.Module):
@@ -126,6 +134,9 @@ class DecoderTransformer(HookedModel):
         )
         self.ln_final = nn.LayerNorm(cfg.d_model, eps=cfg.ln_eps)
         self.unembed = init_linear_(nn.Linear(cfg.d_model, cfg.d_output))
+        # Set by latentlens.kernels.use_fused_kernels: the residual stream's adds and
+        # layer norms on the fused CPU kernels (the same function to float32 rounding).
+        self.fused = False
         self.setup()
 
     def forward(
@@ -150,6 +161,8 @@ class DecoderTransformer(HookedModel):
                 f"last_positions={last_positions} is not in [1, {pos}] (the input's "
                 "positions); pass None for every position"
             )
+        if self._fused_stream_applies(inputs):
+            return self._fused_stream(inputs, key_mask, last_positions)
         resid = self.hook_embed(self.embed(inputs))
         if self.cfg.absolute_position:
             positions = self.pos_encoding[: inputs.shape[1]].expand(inputs.shape[0], -1, -1)
@@ -159,6 +172,53 @@ class DecoderTransformer(HookedModel):
             keep = last_positions if layer == final and last_positions != pos else None
             resid = block(resid, key_mask=key_mask, last_positions=keep)
         return self.unembed(self.ln_final(resid))
+
+    def _stream_hooks(self) -> list[HookPoint]:
+        """The hook points on the residual stream and in the MLPs (not the attention's)."""
+        points = [self.hook_embed] + ([self.hook_pos_embed] if self.cfg.absolute_position else [])
+        for block in self.blocks:
+            points += [block.hook_resid_pre, block.hook_attn_out, block.hook_resid_mid,
+                       block.hook_mlp_out, block.hook_resid_post, block.mlp.hook_pre,
+                       block.mlp.hook_post]  # fmt: skip
+        return points
+
+    def _fused_stream_applies(self, inputs: torch.Tensor) -> bool:
+        """Whether this pass runs the residual stream on the fused kernels (:attr:`fused`
+        set by :func:`~latentlens.kernels.use_fused_kernels`, no hook on the stream or
+        the MLPs, float32 on the CPU)."""
+        return (
+            self.fused
+            and not any(h._forward_hooks or h._backward_hooks for h in self._stream_hooks())
+            and kernels_apply(self.unembed.weight, compiles=True)
+            and (inputs.device.type == "cpu")
+        )
+
+    def _fused_stream(
+        self, inputs: torch.Tensor, key_mask: torch.Tensor | None, last_positions: int | None
+    ) -> torch.Tensor:
+        """:meth:`forward` with each residual add and the layer norm after it one fused
+        pass (:mod:`latentlens.kernels.layer_norm`), the embedding's and ``fc_out``'s
+        biases added there, and ``fc_in``'s in the GELU's pass: the same function to
+        float32 rounding, with fewer passes over the stream."""
+        if isinstance(self.embed, nn.Linear):
+            stream = (F.linear(inputs, self.embed.weight), None, self.embed.bias)
+        else:
+            stream = (self.embed(inputs), None, None)
+        if self.cfg.absolute_position:
+            positions = self.pos_encoding[: inputs.shape[1]].expand(stream[0].shape)
+            stream = (stream[0], positions, stream[2])
+        pos, final = inputs.shape[1], len(self.blocks) - 1
+        for layer, block in enumerate(self.blocks):
+            resid, normed = fused_add_layer_norm(*stream, block.ln1)
+            if layer == final and last_positions not in (None, pos):
+                start = pos - last_positions
+                attn_out = block.attn(normed, key_mask=key_mask, query_start=start)
+                resid = resid[:, start:]
+            else:
+                attn_out = block.attn(normed, key_mask=key_mask)
+            resid, normed = fused_add_layer_norm(resid, attn_out, None, block.ln2)
+            stream = (resid, block.mlp.unbiased(normed), block.mlp.fc_out.bias)
+        return self.unembed(fused_add_layer_norm(*stream, self.ln_final)[1])
 
     def _check_inputs(self, inputs: torch.Tensor) -> torch.Tensor:
         cfg = self.cfg

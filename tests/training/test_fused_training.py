@@ -12,11 +12,27 @@ from pathlib import Path
 import pytest
 import torch
 
-from latentlens.kernels import attention_core, build, gelu_tanh
+from latentlens.kernels import attention_core, build, gelu_tanh, layer_norm
 from latentlens.training import SeedGroup, Trainer, seed_configs
 from tests.training.test_trainer import tiny_config
 
 TOLERANCE = dict(rtol=1e-4, atol=1e-5)
+
+
+class CountingLibrary:
+    """A kernel library whose functions record their names in ``calls`` when called."""
+
+    def __init__(self, library: ctypes.CDLL, calls: list[str]) -> None:
+        self.library, self.calls = library, calls
+
+    @classmethod
+    def of(cls, library: ctypes.CDLL, calls: list[str]):
+        """A stand-in for a module's ``library()``."""
+        return lambda: cls(library, calls)
+
+    def __getattr__(self, name: str):
+        function = getattr(self.library, name)
+        return lambda *args: self.calls.append(name) or function(*args)
 
 
 @pytest.mark.parametrize("attention", ["softmax", "linear", "hyla"])
@@ -24,6 +40,7 @@ def test_a_fused_run_trains_as_the_pytorch_run(tmp_path: Path, attention: str) -
     config = tiny_config(steps=20, attention=attention)
     plain = Trainer.create(tmp_path / "plain", config, device="cpu", quiet=True)
     fused = Trainer.create(tmp_path / "fused", config, device="cpu", quiet=True, fused=True)
+    assert fused.model.fused
     assert all(layer.attn.fused and layer.mlp.fused for layer in fused.model.blocks)
     torch.manual_seed(1)  # dropout draws from the global generator: the same masks
     fused_losses = torch.stack([fused.train_step().detach() for _ in range(12)])
@@ -44,8 +61,8 @@ def test_a_fused_run_trains_as_the_pytorch_run(tmp_path: Path, attention: str) -
 
 @pytest.mark.parametrize("attention", ["softmax", "hyla"])
 def test_a_compiled_fused_run_trains_as_the_eager_run(tmp_path: Path, attention: str) -> None:
-    """``--fused --compile``: the compiled step calls self-attention's kernel and the
-    GELU's as PyTorch operators. Dropout is off and the tolerance is
+    """``--fused --compile``: the compiled step calls self-attention's kernel, the GELU's
+    and the layer norm's as PyTorch operators. Dropout is off and the tolerance is
     ``--compile``'s (tests/training/test_cpu_compile.py: inductor draws its own random
     numbers and may reorder float sums)."""
     config = tiny_config(steps=20, attention=attention)
@@ -54,14 +71,21 @@ def test_a_compiled_fused_run_trains_as_the_eager_run(tmp_path: Path, attention:
     both = Trainer.create(tmp_path / "both", config, device="cpu", quiet=True, fused=True,
                           compile=True)  # fmt: skip
     calls = []
-    kernel, gelu = attention_core.core_forward, gelu_tanh.elementwise
+    kernel = attention_core.core_forward
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(attention_core, "core_forward", lambda *a: calls.append("core") or kernel(*a))
-        patch.setattr(gelu_tanh, "elementwise", lambda *a: calls.append(a[0].__name__) or gelu(*a))
+        for module in (gelu_tanh, layer_norm):
+            patch.setattr(module, "library", CountingLibrary.of(module.library(), calls))
         both_losses = torch.stack([both.train_step().detach() for _ in range(12)])
-    # each kernel ran in every layer's step, the GELU's forward and backward
-    for name in ("core", "gelu_tanh_forward", "gelu_tanh_backward"):
-        assert calls.count(name) == 12 * len(both.model.blocks), name
+    # each kernel ran in every layer's step, forward and backward: the attention core,
+    # the GELU with fc_in's bias, and the residual add and layer norm before each
+    # sublayer and the readout
+    layers = len(both.model.blocks)
+    for name, count in [("core", layers), ("bias_gelu_tanh_forward", layers),
+                        ("bias_gelu_tanh_backward", layers),
+                        ("add_layer_norm_forward", 2 * layers + 1),
+                        ("add_layer_norm_backward", 2 * layers + 1)]:  # fmt: skip
+        assert calls.count(name) == 12 * count, name
     eager_losses = torch.stack([eager.train_step().detach() for _ in range(12)])
     torch.testing.assert_close(both_losses, eager_losses, rtol=1e-3, atol=1e-4)
     weights = both.model.state_dict()
@@ -85,9 +109,21 @@ def test_the_kernel_operators_are_registered_completely() -> None:
         assert all(outcome == "SUCCESS" for outcome in results.values()), results
     x = torch.randn(5, 3, 7, generator=gen).transpose(0, 2).requires_grad_()  # strided
     dy = torch.randn(7, 3, 5, generator=gen)
+    bias = torch.randn(5, generator=gen, requires_grad=True)
+    stream = torch.randn(4, 6, 5, generator=gen).transpose(0, 1).requires_grad_()  # strided
+    delta = torch.randn(6, 4, 5, generator=gen, requires_grad=True)
+    weight, ln_bias = torch.randn(5, generator=gen), torch.randn(5, generator=gen)
+    total, _, mean, rstd = layer_norm.forward_values(stream, delta, bias, weight, ln_bias, 1e-6)
+    d_total = torch.randn(6, 4, 5, generator=gen)
     for operator, args in [
         (gelu_tanh.gelu_tanh, (x,)),
         (gelu_tanh.gelu_tanh_backward, (x.detach(), dy)),
+        (gelu_tanh.bias_gelu_tanh, (x, bias)),
+        (gelu_tanh.bias_gelu_tanh_backward, (x.detach(), bias.detach(), dy)),
+        (layer_norm.add_layer_norm, (stream, delta, bias, weight, ln_bias, 1e-6)),
+        (layer_norm.add_layer_norm, (stream, None, None, weight, ln_bias, 1e-6)),
+        (layer_norm.add_layer_norm_backward, (total, mean, rstd, weight, d_total, d_total)),
+        (layer_norm.add_layer_norm_backward, (total, mean, rstd, weight, d_total, None)),
     ]:
         results = torch.library.opcheck(operator, args)
         assert set(results) >= {"test_schema", "test_autograd_registration", "test_faketensor"}

@@ -1,0 +1,164 @@
+"""A residual add and the layer norm of its sum as one fused CPU pass, forward and backward.
+
+A pre-LN transformer adds each sublayer's output to the residual stream and normalises
+the sum for the next sublayer. Compiled, PyTorch walks the ``[rows, d_model]`` arrays
+three times for a layer norm's forward (sum, variance, output) and sums its weight
+gradients in strided passes of their own backward: at Table A1's fuzzy-logic setting its
+layer-norm kernels took 15% of a compiled step, bound by memory. The kernels of
+``layer_norm.c`` read each row once, add, normalise and, backward, sum the weight, bias
+and residual-bias gradients in the same pass. The numbers are PyTorch's to float32
+rounding (the sums run in another order).
+"""
+
+from __future__ import annotations
+
+import ctypes
+from functools import cache
+
+import torch
+
+from latentlens.kernels.attention_core import address
+from latentlens.kernels.build import load, threads
+
+
+@cache
+def library() -> ctypes.CDLL:
+    lib = load("layer_norm")
+    size, pointer = ctypes.c_size_t, ctypes.c_void_p
+    lib.add_layer_norm_forward.argtypes = (
+        [ctypes.c_int, size, size] + [pointer] * 5 + [ctypes.c_float] + [pointer] * 4
+    )
+    lib.add_layer_norm_backward.argtypes = [ctypes.c_int, size, size] + [pointer] * 10
+    return lib
+
+
+def forward_values(
+    x: torch.Tensor,
+    delta: torch.Tensor | None,
+    delta_bias: torch.Tensor | None,
+    weight: torch.Tensor,
+    bias: torch.Tensor,
+    eps: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(s, layer_norm(s), mean, rstd)`` of ``s = x + delta + delta_bias`` (float32 CPU
+    ``[..., d]``; ``delta`` as ``x`` and ``delta_bias`` ``[d]`` may be None); mean and
+    rstd ``[...]``, the row statistics the backward pass reads."""
+    x = x.contiguous()
+    delta = None if delta is None else delta.contiguous()
+    columns = x.shape[-1]
+    rows = x.numel() // max(columns, 1)
+    total, normed = torch.empty_like(x), torch.empty_like(x)
+    mean = x.new_empty(x.shape[:-1])
+    rstd = x.new_empty(x.shape[:-1])
+    library().add_layer_norm_forward(
+        threads(), rows, columns, x.data_ptr(), address(delta), address(delta_bias),
+        weight.contiguous().data_ptr(), bias.contiguous().data_ptr(), eps,
+        total.data_ptr(), normed.data_ptr(), mean.data_ptr(), rstd.data_ptr(),
+    )  # fmt: skip
+    return total, normed, mean, rstd
+
+
+def backward_values(
+    total: torch.Tensor,
+    mean: torch.Tensor,
+    rstd: torch.Tensor,
+    weight: torch.Tensor,
+    d_normed: torch.Tensor,
+    d_total: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(dx, dweight, dbias, ddelta_bias)`` from the forward's sum, statistics and
+    weight, the gradient of its normed output and (None: zero) of its sum; ``dx`` is
+    also ``delta``'s gradient and ``ddelta_bias`` its column sums."""
+    total, d_normed = total.contiguous(), d_normed.contiguous()
+    d_total = None if d_total is None else d_total.contiguous()
+    columns = total.shape[-1]
+    rows = total.numel() // max(columns, 1)
+    dx = torch.empty_like(total)
+    dweight, dbias, ddelta_bias = (total.new_empty(columns) for _ in range(3))
+    library().add_layer_norm_backward(
+        threads(), rows, columns, total.data_ptr(), mean.contiguous().data_ptr(),
+        rstd.contiguous().data_ptr(), weight.contiguous().data_ptr(), d_normed.data_ptr(),
+        address(d_total), dx.data_ptr(), dweight.data_ptr(), dbias.data_ptr(),
+        ddelta_bias.data_ptr(),
+    )  # fmt: skip
+    return dx, dweight, dbias, ddelta_bias
+
+
+class AddLayerNorm(torch.autograd.Function):
+    """The kernels in eager mode (an autograd function costs less a call than the
+    operators below): ``(s, layer_norm(s))`` of ``s = x + delta + delta_bias``."""
+
+    @staticmethod
+    def forward(ctx, x, delta, delta_bias, weight, bias, eps):  # type: ignore[override]
+        total, normed, mean, rstd = forward_values(x, delta, delta_bias, weight, bias, eps)
+        ctx.save_for_backward(total, mean, rstd, weight)
+        ctx.has_delta, ctx.has_delta_bias = delta is not None, delta_bias is not None
+        return total, normed
+
+    @staticmethod
+    def backward(ctx, d_total, d_normed):  # type: ignore[override]
+        return _gradients(ctx, d_total, d_normed, backward_values)
+
+
+def _gradients(ctx, d_total, d_normed, backward) -> tuple:
+    """The inputs' gradients (``x, delta, delta_bias, weight, bias, eps``) by ``backward``
+    (:func:`backward_values` or its operator) from ``ctx``'s saved tensors."""
+    total, mean, rstd, weight = ctx.saved_tensors
+    if d_normed is None:
+        d_normed = torch.zeros_like(total)
+    dx, dweight, dbias, ddelta_bias = backward(total, mean, rstd, weight, d_normed, d_total)
+    delta_grad = dx if ctx.has_delta else None
+    delta_bias_grad = ddelta_bias if ctx.has_delta_bias else None
+    return dx, delta_grad, delta_bias_grad, dweight, dbias, None
+
+
+def fused_add_layer_norm(
+    x: torch.Tensor,
+    delta: torch.Tensor | None,
+    delta_bias: torch.Tensor | None,
+    norm: torch.nn.LayerNorm,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(s, norm(s))`` of ``s = x + delta + delta_bias`` (float32 CPU ``[..., d]``,
+    ``delta`` as ``x`` or None, ``delta_bias`` ``[d]`` or None) on the kernels: an
+    autograd function in eager mode, the operator inside torch.compile."""
+    args = (x, delta, delta_bias, norm.weight, norm.bias, norm.eps)
+    if torch.compiler.is_compiling():
+        return add_layer_norm(*args)[:2]
+    return AddLayerNorm.apply(*args)
+
+
+add_layer_norm = torch.library.custom_op(
+    "latentlens::add_layer_norm", forward_values, mutates_args=()
+)
+add_layer_norm_backward = torch.library.custom_op(
+    "latentlens::add_layer_norm_backward", backward_values, mutates_args=()
+)
+
+
+@add_layer_norm.register_fake
+def _(x, delta, delta_bias, weight, bias, eps):
+    like = torch.empty_like(x, memory_format=torch.contiguous_format)
+    rows = x.new_empty(x.shape[:-1])
+    return like, torch.empty_like(like), rows, torch.empty_like(rows)
+
+
+@add_layer_norm_backward.register_fake
+def _(total, mean, rstd, weight, d_normed, d_total):
+    columns = total.shape[-1]
+    dx = torch.empty_like(total, memory_format=torch.contiguous_format)
+    return dx, total.new_empty(columns), total.new_empty(columns), total.new_empty(columns)
+
+
+def _setup_context(ctx, inputs, output) -> None:
+    x, delta, delta_bias, weight, _bias, _eps = inputs
+    total, _normed, mean, rstd = output
+    ctx.save_for_backward(total, mean, rstd, weight)
+    ctx.has_delta, ctx.has_delta_bias = delta is not None, delta_bias is not None
+    ctx.mark_non_differentiable(mean, rstd)
+
+
+def _backward(ctx, d_total, d_normed, _d_mean, _d_rstd):
+    return _gradients(ctx, d_total, d_normed, add_layer_norm_backward)
+
+
+add_layer_norm.register_autograd(_backward, setup_context=_setup_context)

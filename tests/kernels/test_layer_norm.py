@@ -1,0 +1,178 @@
+"""The fused residual add and layer norm against the equations in float64, and a
+transformer's fused residual stream against its PyTorch forward and gradients.
+
+Tolerances: the kernel sums a row's C terms (and, backward, a column's N rows) in float32
+in another order than the float64 reference; with C = 96 and N up to 3 * 17 rows the
+relative error of a sum is a few float32 ulps (~1e-6), so values are compared at 1e-5
+relative and absolute."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from latentlens.kernels import use_fused_kernels
+from latentlens.kernels.layer_norm import add_layer_norm, add_layer_norm_backward, forward_values
+from latentlens.models.config import TransformerConfig
+from latentlens.models.transformer import DecoderTransformer
+
+TOLERANCE = dict(rtol=1e-5, atol=1e-5)
+
+
+def add_norm_float64(x, delta, delta_bias, weight, bias, eps):
+    """s = x + delta + delta_bias; y = (s - mean) / sqrt(mean((s - mean)^2) + eps) w + b,
+    over the last dimension: the equations, in float64."""
+    s = x.double()
+    if delta is not None:
+        s = s + delta.double()
+    if delta_bias is not None:
+        s = s + delta_bias.double()
+    mean = s.mean(-1, keepdim=True)
+    variance = ((s - mean) ** 2).mean(-1, keepdim=True)
+    return s, (s - mean) / torch.sqrt(variance + eps) * weight.double() + bias.double()
+
+
+@pytest.mark.parametrize("has_delta", [True, False])
+@pytest.mark.parametrize("has_delta_bias", [True, False])
+@pytest.mark.parametrize("threads", [1, 3])
+def test_the_kernel_computes_the_equations(has_delta, has_delta_bias, threads) -> None:
+    """Values and every gradient, with the sum's own gradient (the residual stream's)
+    flowing in beside the normed output's; 96 columns and 3 x 17 rows, so that no count
+    is a multiple of a vector's or of the thread count."""
+    gen = torch.Generator().manual_seed(0)
+    shape = (3, 17, 96)
+    leaves = {
+        "x": torch.randn(shape, generator=gen) * 2 + 0.5,
+        "delta": torch.randn(shape, generator=gen) if has_delta else None,
+        "delta_bias": torch.randn(96, generator=gen) if has_delta_bias else None,
+        "weight": torch.randn(96, generator=gen),
+        "bias": torch.randn(96, generator=gen),
+    }
+    ours = {k: None if v is None else v.clone().requires_grad_() for k, v in leaves.items()}
+    exact = {k: None if v is None else v.double().requires_grad_() for k, v in leaves.items()}
+    d_total, d_normed = torch.randn(shape, generator=gen), torch.randn(shape, generator=gen)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(threads)
+        total, normed, _, _ = add_layer_norm(*ours.values(), 1e-6)
+        ((total * d_total).sum() + (normed * d_normed).sum()).backward()
+    finally:
+        torch.set_num_threads(before)
+    total_exact, normed_exact = add_norm_float64(*exact.values(), 1e-6)
+    ((total_exact * d_total.double()).sum() + (normed_exact * d_normed.double()).sum()).backward()
+    torch.testing.assert_close(total.double(), total_exact.detach(), **TOLERANCE)
+    torch.testing.assert_close(normed.double(), normed_exact.detach(), **TOLERANCE)
+    for name, leaf in ours.items():
+        if leaf is not None:
+            torch.testing.assert_close(leaf.grad.double(), exact[name].grad, **TOLERANCE,
+                                       msg=name)  # fmt: skip
+
+
+def test_the_row_statistics_are_the_mean_and_reciprocal_deviation() -> None:
+    x = torch.randn(5, 40, dtype=torch.float64).float()
+    _, _, mean, rstd = forward_values(x, None, None, torch.ones(40), torch.zeros(40), 1e-5)
+    torch.testing.assert_close(mean, x.mean(-1), **TOLERANCE)
+    torch.testing.assert_close(rstd, 1 / torch.sqrt(x.var(-1, unbiased=False) + 1e-5), **TOLERANCE)
+
+
+def test_the_sums_are_the_same_on_the_same_thread_count() -> None:
+    """Each thread sums its block of rows and the blocks add in thread order: repeated
+    calls give the same bits."""
+    gen = torch.Generator().manual_seed(1)
+    total, d_normed = torch.randn(300, 64, generator=gen), torch.randn(300, 64, generator=gen)
+    mean, rstd, weight = total.mean(-1), torch.rand(300, generator=gen) + 0.5, torch.randn(64)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        first = add_layer_norm_backward(total, mean, rstd, weight, d_normed, None)
+        again = add_layer_norm_backward(total, mean, rstd, weight, d_normed, None)
+    finally:
+        torch.set_num_threads(before)
+    for a, b in zip(first, again, strict=True):
+        assert torch.equal(a, b)
+
+
+def model_pair(**overrides) -> tuple[DecoderTransformer, DecoderTransformer]:
+    """A small transformer and a copy switched to the fused kernels, in eval mode (no
+    dropout draws to align)."""
+    cfg = TransformerConfig(**{"n_ctx": 12, "d_output": 3, "d_input": 5, "d_model": 32,
+                               "n_heads": 4, "qk_dim": 8, "v_dim": 8, "d_mlp": 48,
+                               **overrides})  # fmt: skip
+    torch.manual_seed(0)
+    plain = DecoderTransformer(cfg).eval()
+    fused = DecoderTransformer(cfg).eval()
+    fused.load_state_dict(plain.state_dict())
+    use_fused_kernels(fused)
+    return plain, fused
+
+
+def model_inputs(model: DecoderTransformer) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(2)
+    if model.cfg.vocab_size is not None:
+        return torch.randint(0, model.cfg.vocab_size, (4, 10), generator=gen)
+    return torch.randn(4, 10, model.cfg.d_input, generator=gen)
+
+
+def gradient_error(model: DecoderTransformer, exact: DecoderTransformer) -> float:
+    """The largest error of ``model``'s parameter gradients against ``exact``'s, relative
+    to the largest exact gradient of any parameter (some are 0 in exact arithmetic:
+    softmax's key bias)."""
+    grads = dict(model.named_parameters())
+    pairs = [(grads[name].grad, parameter.grad) for name, parameter in exact.named_parameters()
+             if parameter.grad is not None]  # fmt: skip
+    scale = max(e.abs().max().item() for _, e in pairs)
+    return max((g.double() - e).abs().max().item() for g, e in pairs) / scale
+
+
+@pytest.mark.parametrize(
+    "overrides, last_positions",
+    [
+        ({}, None),
+        ({}, 3),
+        ({"attention": "hyla", "n_layers": 3}, 1),
+        ({"d_input": None, "vocab_size": 11, "absolute_position": True}, None),
+    ],
+)
+def test_the_fused_stream_is_the_models_function_and_gradient(overrides, last_positions) -> None:
+    """Against the model in float64: the fused stream's outputs within 1e-5, and its
+    gradients as close as PyTorch's float32 path's (within 3x its error, 1e-7 to 1e-5 of
+    the largest gradient, the most in the 3-layer HYLA stack)."""
+    plain, fused = model_pair(**overrides)
+    exact = DecoderTransformer(plain.cfg).eval().double()
+    exact.load_state_dict(plain.state_dict())
+    inputs = model_inputs(plain)
+    weight = None
+    for model in (exact, plain, fused):
+        cast = inputs.double() if model is exact and inputs.is_floating_point() else inputs
+        output = model(cast, last_positions=last_positions)
+        weight = torch.randn_like(output) if weight is None else weight
+        (output.double() * weight).sum().backward()
+        if model is exact:
+            expected = output.detach()
+        else:
+            torch.testing.assert_close(output.double(), expected, **TOLERANCE)
+    assert gradient_error(fused, exact) <= max(3 * gradient_error(plain, exact), 1e-6)
+
+
+def test_the_fused_stream_runs_the_kernels_and_a_hook_takes_pytorchs_path(monkeypatch) -> None:
+    """Without hooks the stream's layer norms are the kernel's (PyTorch's is never
+    called); a hook on the stream sees its tensor, and the output is PyTorch's bit for
+    bit but for the attention core (which stays fused)."""
+    plain, fused = model_pair(n_layers=2)
+    inputs = model_inputs(plain)
+    calls = []
+    layer_norm = F.layer_norm
+    monkeypatch.setattr(F, "layer_norm", lambda *a, **k: calls.append(1) or layer_norm(*a, **k))
+    fused(inputs)
+    assert calls == []
+    seen = []
+    fused.blocks[1].hook_resid_mid.add_hook(lambda tensor, hook: seen.append(tensor.shape))
+    try:
+        hooked = fused(inputs)
+    finally:
+        fused.reset_hooks()
+    assert seen == [torch.Size([4, 10, 32])] and len(calls) == 2 * 2 + 1
+    torch.testing.assert_close(hooked, plain(inputs), **TOLERANCE)
+    fused.fused = False
+    assert torch.equal(fused(inputs), hooked)
