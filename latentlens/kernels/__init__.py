@@ -1,8 +1,9 @@
 """Fused CPU kernels, built from C on first use (:mod:`latentlens.kernels.build`).
 
 :func:`use_fused_kernels` switches a model's attention layers to the fused attention core
-(:mod:`latentlens.kernels.attention_core`) wherever it applies, and its MLPs' tanh GELU
-to :mod:`latentlens.kernels.gelu_tanh`: training's ``--fused``.
+(:mod:`latentlens.kernels.attention_core`) wherever it applies, its MLPs' tanh GELU to
+:mod:`latentlens.kernels.gelu_tanh`, and a transformer's residual adds and layer norms to
+:mod:`latentlens.kernels.layer_norm`: training's ``--fused``.
 """
 
 from __future__ import annotations
@@ -27,10 +28,11 @@ def kernels_apply(tensor: torch.Tensor, compiles: bool = False) -> bool:
 
 
 def use_fused_kernels(model: nn.Module, on: bool = True) -> int:
-    """Compute ``model``'s attention cores (where the kernel covers the attention) and its
-    transformer MLPs' GELUs with the fused CPU kernels (``on``) or with PyTorch's ops;
-    returns how many layers take a kernel. Builds the kernels now (a second or two, once
-    per machine), so that a missing compiler fails here."""
+    """Compute ``model``'s attention cores (where the kernel covers the attention), its
+    transformer MLPs' GELUs and its residual stream's adds and layer norms with the fused
+    CPU kernels (``on``) or with PyTorch's ops; returns how many attention and MLP layers
+    take a kernel. Builds the kernels now (a second or two, once per machine), so that a
+    missing compiler fails here."""
     from latentlens.models.attention import Attention  # the models import this package
     from latentlens.models.transformer import MLP, DecoderTransformer
 

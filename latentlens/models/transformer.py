@@ -161,7 +161,7 @@ class DecoderTransformer(HookedModel):
                 f"last_positions={last_positions} is not in [1, {pos}] (the input's "
                 "positions); pass None for every position"
             )
-        if self._fused_stream_applies(inputs):
+        if self._fused_stream_applies():
             return self._fused_stream(inputs, key_mask, last_positions)
         resid = self.hook_embed(self.embed(inputs))
         if self.cfg.absolute_position:
@@ -182,15 +182,14 @@ class DecoderTransformer(HookedModel):
                        block.mlp.hook_post]  # fmt: skip
         return points
 
-    def _fused_stream_applies(self, inputs: torch.Tensor) -> bool:
+    def _fused_stream_applies(self) -> bool:
         """Whether this pass runs the residual stream on the fused kernels (:attr:`fused`
         set by :func:`~latentlens.kernels.use_fused_kernels`, no hook on the stream or
-        the MLPs, float32 on the CPU)."""
+        the MLPs, float32 weights on the CPU)."""
         return (
             self.fused
             and not any(h._forward_hooks or h._backward_hooks for h in self._stream_hooks())
             and kernels_apply(self.unembed.weight, compiles=True)
-            and (inputs.device.type == "cpu")
         )
 
     def _fused_stream(
