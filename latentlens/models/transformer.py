@@ -26,7 +26,7 @@ from torch import nn
 
 from latentlens.kernels import kernels_apply
 from latentlens.kernels.gelu_tanh import fused_bias_gelu_tanh, fused_gelu_tanh
-from latentlens.kernels.layer_norm import fused_add_layer_norm
+from latentlens.kernels.layer_norm import COMPILED_FROM, fused_add_layer_norm
 from latentlens.models.attention import Attention
 from latentlens.models.config import AttentionConfig, TransformerConfig
 from latentlens.models.hooked import HookedModel, HookPoint
@@ -161,7 +161,7 @@ class DecoderTransformer(HookedModel):
                 f"last_positions={last_positions} is not in [1, {pos}] (the input's "
                 "positions); pass None for every position"
             )
-        if self._fused_stream_applies():
+        if self._fused_stream_applies(inputs):
             return self._fused_stream(inputs, key_mask, last_positions)
         resid = self.hook_embed(self.embed(inputs))
         if self.cfg.absolute_position:
@@ -182,14 +182,17 @@ class DecoderTransformer(HookedModel):
                        block.mlp.hook_post]  # fmt: skip
         return points
 
-    def _fused_stream_applies(self) -> bool:
+    def _fused_stream_applies(self, inputs: torch.Tensor) -> bool:
         """Whether this pass runs the residual stream on the fused kernels (:attr:`fused`
         set by :func:`~latentlens.kernels.use_fused_kernels`, no hook on the stream or
-        the MLPs, float32 weights on the CPU)."""
+        the MLPs, float32 weights on the CPU; compiled, a stream of at least
+        :data:`~latentlens.kernels.layer_norm.COMPILED_FROM` numbers)."""
+        streamed = inputs.shape[0] * inputs.shape[1] * self.cfg.d_model
         return (
             self.fused
             and not any(h._forward_hooks or h._backward_hooks for h in self._stream_hooks())
             and kernels_apply(self.unembed.weight, compiles=True)
+            and (not torch.compiler.is_compiling() or streamed >= COMPILED_FROM)
         )
 
     def _fused_stream(
