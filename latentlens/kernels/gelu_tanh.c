@@ -7,7 +7,6 @@
    runtime PyTorch has loaded). */
 
 #include <stddef.h>
-#include <stdlib.h>
 #include <string.h>
 #ifdef _OPENMP
 #include <omp.h>
@@ -83,10 +82,10 @@ void bias_gelu_tanh_forward(int threads, size_t n, size_t c, const float *restri
 
 void bias_gelu_tanh_backward(int threads, size_t n, size_t c, const float *restrict h,
                              const float *restrict b, const float *restrict dy,
-                             float *restrict dh, float *restrict db) {
-    if (threads < 1) threads = 1;
+                             float *restrict dh, float *restrict db,
+                             float *restrict partial) {
+    /* partial: threads x c zeros, each thread's sums of db */
     if ((size_t)threads > n) threads = n ? (int)n : 1;
-    float *partial = calloc((size_t)threads * c, sizeof(float));
 #pragma omp parallel num_threads(threads)
     {
         const int part = omp_get_thread_num(), parts = omp_get_num_threads();
@@ -107,5 +106,4 @@ void bias_gelu_tanh_backward(int threads, size_t n, size_t c, const float *restr
         for (int part = 0; part < threads; part++) total += partial[(size_t)part * c + j];
         db[j] = total;
     }
-    free(partial);
 }

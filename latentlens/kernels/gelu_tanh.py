@@ -24,7 +24,7 @@ def library() -> ctypes.CDLL:
     lib.gelu_tanh_backward.argtypes = [ctypes.c_int, ctypes.c_size_t] + [ctypes.c_void_p] * 3
     rows = [ctypes.c_int, ctypes.c_size_t, ctypes.c_size_t]
     lib.bias_gelu_tanh_forward.argtypes = rows + [ctypes.c_void_p] * 3
-    lib.bias_gelu_tanh_backward.argtypes = rows + [ctypes.c_void_p] * 5
+    lib.bias_gelu_tanh_backward.argtypes = rows + [ctypes.c_void_p] * 6
     return lib
 
 
@@ -106,12 +106,12 @@ def fused_gelu_tanh(x: torch.Tensor) -> torch.Tensor:
 def bias_forward_values(h: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
     """``F.gelu(h + bias, approximate="tanh")`` of float32 CPU ``h [..., d]`` and
     ``bias [d]``: a linear layer's bias added in the GELU's pass, not the matmul's."""
-    h = h.contiguous()
+    h, bias = h.contiguous(), bias.contiguous()  # held while the kernel runs
     y = torch.empty_like(h)
     columns = h.shape[-1]
     library().bias_gelu_tanh_forward(
-        threads(), h.numel() // max(columns, 1), columns, h.data_ptr(),
-        bias.contiguous().data_ptr(), y.data_ptr(),
+        threads(), h.numel() // max(columns, 1), columns, h.data_ptr(), bias.data_ptr(),
+        y.data_ptr(),
     )  # fmt: skip
     return y
 
@@ -120,12 +120,13 @@ def bias_backward_values(
     h: torch.Tensor, bias: torch.Tensor, dy: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(dh, dbias)``: the gradient at ``h + bias`` times ``dy``, and its column sums."""
-    h, dy = h.contiguous(), dy.contiguous()
+    h, dy, bias = h.contiguous(), dy.contiguous(), bias.contiguous()
     dh, dbias = torch.empty_like(h), h.new_empty(h.shape[-1])
-    columns = h.shape[-1]
+    columns, count = h.shape[-1], threads()
+    partial = h.new_zeros(count, columns)  # each thread's column sums
     library().bias_gelu_tanh_backward(
-        threads(), h.numel() // max(columns, 1), columns, h.data_ptr(),
-        bias.contiguous().data_ptr(), dy.data_ptr(), dh.data_ptr(), dbias.data_ptr(),
+        count, h.numel() // max(columns, 1), columns, h.data_ptr(), bias.data_ptr(),
+        dy.data_ptr(), dh.data_ptr(), dbias.data_ptr(), partial.data_ptr(),
     )  # fmt: skip
     return dh, dbias
 

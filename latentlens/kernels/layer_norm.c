@@ -15,16 +15,12 @@
 
 #include <math.h>
 #include <stddef.h>
-#include <stdlib.h>
-#include <string.h>
 #ifdef _OPENMP
 #include <omp.h>
 #else /* built without OpenMP: one thread */
 static int omp_get_thread_num(void) { return 0; }
 static int omp_get_num_threads(void) { return 1; }
 #endif
-
-#define MAX_THREADS 256
 
 static void rows_of(size_t n, int part, int parts, size_t *begin, size_t *end) {
     *begin = n * (size_t)part / (size_t)parts;
@@ -71,11 +67,9 @@ void add_layer_norm_backward(int threads, size_t n, size_t c, const float *restr
                              const float *restrict weight, const float *restrict dy,
                              const float *restrict dsum, float *restrict dx,
                              float *restrict dweight, float *restrict dbias,
-                             float *restrict ddelta_bias) {
-    if (threads > MAX_THREADS) threads = MAX_THREADS;
+                             float *restrict ddelta_bias, float *restrict partial) {
+    /* partial: threads x 3 x c zeros, each thread's sums of dweight, dbias, ddelta_bias */
     if ((size_t)threads > n) threads = n ? (int)n : 1;
-    /* per thread: dweight, dbias, ddelta_bias partial sums */
-    float *partial = calloc((size_t)threads * 3 * c, sizeof(float));
     const float inverse_c = 1.f / (float)c;
 #pragma omp parallel num_threads(threads)
     {
@@ -119,5 +113,4 @@ void add_layer_norm_backward(int threads, size_t n, size_t c, const float *restr
         dbias[j] = b;
         if (ddelta_bias) ddelta_bias[j] = d;
     }
-    free(partial);
 }

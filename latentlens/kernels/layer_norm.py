@@ -37,7 +37,7 @@ def library() -> ctypes.CDLL:
     lib.add_layer_norm_forward.argtypes = (
         [ctypes.c_int, size, size] + [pointer] * 5 + [ctypes.c_float] + [pointer] * 4
     )
-    lib.add_layer_norm_backward.argtypes = [ctypes.c_int, size, size] + [pointer] * 10
+    lib.add_layer_norm_backward.argtypes = [ctypes.c_int, size, size] + [pointer] * 11
     return lib
 
 
@@ -52,8 +52,10 @@ def forward_values(
     """``(s, layer_norm(s), mean, rstd)`` of ``s = x + delta + delta_bias`` (float32 CPU
     ``[..., d]``; ``delta`` as ``x`` and ``delta_bias`` ``[d]`` may be None); mean and
     rstd ``[...]``, the row statistics the backward pass reads."""
-    x = x.contiguous()
+    # held in names while the kernel runs (a temporary copy could be freed before)
+    x, weight, bias = x.contiguous(), weight.contiguous(), bias.contiguous()
     delta = None if delta is None else delta.contiguous()
+    delta_bias = None if delta_bias is None else delta_bias.contiguous()
     columns = x.shape[-1]
     rows = x.numel() // max(columns, 1)
     total, normed = torch.empty_like(x), torch.empty_like(x)
@@ -61,7 +63,7 @@ def forward_values(
     rstd = x.new_empty(x.shape[:-1])
     library().add_layer_norm_forward(
         threads(), rows, columns, x.data_ptr(), address(delta), address(delta_bias),
-        weight.contiguous().data_ptr(), bias.contiguous().data_ptr(), eps,
+        weight.data_ptr(), bias.data_ptr(), eps,
         total.data_ptr(), normed.data_ptr(), mean.data_ptr(), rstd.data_ptr(),
     )  # fmt: skip
     return total, normed, mean, rstd
@@ -79,16 +81,19 @@ def backward_values(
     weight, the gradient of its normed output and (None: zero) of its sum; ``dx`` is
     also ``delta``'s gradient and ``ddelta_bias`` its column sums."""
     total, d_normed = total.contiguous(), d_normed.contiguous()
+    mean, rstd, weight = mean.contiguous(), rstd.contiguous(), weight.contiguous()
     d_total = None if d_total is None else d_total.contiguous()
     columns = total.shape[-1]
     rows = total.numel() // max(columns, 1)
     dx = torch.empty_like(total)
     dweight, dbias, ddelta_bias = (total.new_empty(columns) for _ in range(3))
+    count = threads()
+    partial = total.new_zeros(count, 3, columns)  # each thread's column sums
     library().add_layer_norm_backward(
-        threads(), rows, columns, total.data_ptr(), mean.contiguous().data_ptr(),
-        rstd.contiguous().data_ptr(), weight.contiguous().data_ptr(), d_normed.data_ptr(),
+        count, rows, columns, total.data_ptr(), mean.data_ptr(), rstd.data_ptr(),
+        weight.data_ptr(), d_normed.data_ptr(),
         address(d_total), dx.data_ptr(), dweight.data_ptr(), dbias.data_ptr(),
-        ddelta_bias.data_ptr(),
+        ddelta_bias.data_ptr(), partial.data_ptr(),
     )  # fmt: skip
     return dx, dweight, dbias, ddelta_bias
 
