@@ -45,12 +45,13 @@ static inline float tanh_of(float u) {
     return u < 0.f ? -value : value;
 }
 
+static inline float gelu_of(float xi) {
+    return 0.5f * xi * (1.f + tanh_of(BETA * (xi + KAPPA * xi * xi * xi)));
+}
+
 void gelu_tanh_forward(int threads, size_t n, const float *restrict x, float *restrict y) {
 #pragma omp parallel for simd num_threads(threads) schedule(static)
-    for (size_t i = 0; i < n; i++) {
-        const float xi = x[i];
-        y[i] = 0.5f * xi * (1.f + tanh_of(BETA * (xi + KAPPA * xi * xi * xi)));
-    }
+    for (size_t i = 0; i < n; i++) y[i] = gelu_of(x[i]);
 }
 
 static inline float slope_of(float xi) {
@@ -73,10 +74,7 @@ void bias_gelu_tanh_forward(int threads, size_t n, size_t c, const float *restri
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (size_t row = 0; row < n; row++) {
 #pragma omp simd
-        for (size_t j = 0; j < c; j++) {
-            const float xi = h[row * c + j] + b[j];
-            y[row * c + j] = 0.5f * xi * (1.f + tanh_of(BETA * (xi + KAPPA * xi * xi * xi)));
-        }
+        for (size_t j = 0; j < c; j++) y[row * c + j] = gelu_of(h[row * c + j] + b[j]);
     }
 }
 

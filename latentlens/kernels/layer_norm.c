@@ -37,15 +37,24 @@ void add_layer_norm_forward(int threads, size_t n, size_t c, const float *restri
     for (size_t row = 0; row < n; row++) {
         const float *xr = x + row * c;
         float *sr = sum + row * c, *yr = y + row * c;
-        const float *dr = delta ? delta + row * c : xr;
-        /* without delta, x + (x - x) adds 0: one branch-free loop either way */
-        const float delta_scale = delta ? 1.f : 0.f;
+        /* one branch-free loop per case (a branch inside kept gcc from vectorising);
+           an absent bias adds 0, which leaves every float, inf included, as it was */
         float total = 0.f;
+        if (delta) {
+            const float *dr = delta + row * c;
 #pragma omp simd reduction(+ : total)
-        for (size_t j = 0; j < c; j++) {
-            const float s = xr[j] + delta_scale * dr[j] + (delta_bias ? delta_bias[j] : 0.f);
-            sr[j] = s;
-            total += s;
+            for (size_t j = 0; j < c; j++) {
+                const float s = xr[j] + dr[j] + (delta_bias ? delta_bias[j] : 0.f);
+                sr[j] = s;
+                total += s;
+            }
+        } else {
+#pragma omp simd reduction(+ : total)
+            for (size_t j = 0; j < c; j++) {
+                const float s = xr[j] + (delta_bias ? delta_bias[j] : 0.f);
+                sr[j] = s;
+                total += s;
+            }
         }
         const float mean = total * inverse_c;
         float squares = 0.f;

@@ -105,13 +105,21 @@ class AddLayerNorm(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, delta, delta_bias, weight, bias, eps):  # type: ignore[override]
         total, normed, mean, rstd = forward_values(x, delta, delta_bias, weight, bias, eps)
-        ctx.save_for_backward(total, mean, rstd, weight)
-        ctx.has_delta, ctx.has_delta_bias = delta is not None, delta_bias is not None
+        _save(ctx, (x, delta, delta_bias, weight, bias, eps), (total, normed, mean, rstd))
         return total, normed
 
     @staticmethod
     def backward(ctx, d_total, d_normed):  # type: ignore[override]
         return _gradients(ctx, d_total, d_normed, backward_values)
+
+
+def _save(ctx, inputs, output) -> None:
+    """What the backward pass reads: the sum, its row statistics, the weight, and which of
+    delta and delta_bias were given."""
+    _x, delta, delta_bias, weight, _bias, _eps = inputs
+    total, _normed, mean, rstd = output
+    ctx.save_for_backward(total, mean, rstd, weight)
+    ctx.has_delta, ctx.has_delta_bias = delta is not None, delta_bias is not None
 
 
 def _gradients(ctx, d_total, d_normed, backward) -> tuple:
@@ -164,11 +172,8 @@ def _(total, mean, rstd, weight, d_normed, d_total):
 
 
 def _setup_context(ctx, inputs, output) -> None:
-    x, delta, delta_bias, weight, _bias, _eps = inputs
-    total, _normed, mean, rstd = output
-    ctx.save_for_backward(total, mean, rstd, weight)
-    ctx.has_delta, ctx.has_delta_bias = delta is not None, delta_bias is not None
-    ctx.mark_non_differentiable(mean, rstd)
+    _save(ctx, inputs, output)
+    ctx.mark_non_differentiable(*output[2:])
 
 
 def _backward(ctx, d_total, d_normed, _d_mean, _d_rstd):

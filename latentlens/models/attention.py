@@ -38,7 +38,7 @@ from latentlens.kernels.attention_core import (
     supports,
 )
 from latentlens.models.config import AttentionConfig
-from latentlens.models.hooked import HookPoint
+from latentlens.models.hooked import HookPoint, any_hooked
 from latentlens.models.init import embedding_normal_, lecun_normal_
 from latentlens.models.position import RelativePositionBias
 from latentlens.models.validation import check_input
@@ -219,7 +219,7 @@ class Attention(nn.Module):
         return (
             self.fused
             and self.fused_core_supported
-            and not any(h._forward_hooks or h._backward_hooks for h in inner)
+            and not any_hooked(inner)
             and kernels_apply(q, compiles=packed)
         )
 

@@ -42,6 +42,12 @@ class HookPoint(LensHookPoint):
         return super().add_hook(shape_kept, dir=dir, **kwargs)
 
 
+def any_hooked(points: Any) -> bool:
+    """Whether any of the hook ``points`` has a forward or backward hook: a fused path
+    that never forms their tensors must then give way to the one that does."""
+    return any(point._forward_hooks or point._backward_hooks for point in points)
+
+
 class HookedModel(HookedRootModule):
     """A ``HookedRootModule`` whose ``run_with_cache`` returns an ``ActivationCache``.
 

@@ -29,7 +29,7 @@ from latentlens.kernels.gelu_tanh import fused_bias_gelu_tanh, fused_gelu_tanh
 from latentlens.kernels.layer_norm import COMPILED_FROM, fused_add_layer_norm
 from latentlens.models.attention import Attention
 from latentlens.models.config import AttentionConfig, TransformerConfig
-from latentlens.models.hooked import HookedModel, HookPoint
+from latentlens.models.hooked import HookedModel, HookPoint, any_hooked
 from latentlens.models.init import embedding_normal_, init_linear_
 from latentlens.models.position import sinusoidal_encoding
 from latentlens.models.validation import check_dtype, check_input
@@ -190,7 +190,7 @@ class DecoderTransformer(HookedModel):
         streamed = inputs.shape[0] * inputs.shape[1] * self.cfg.d_model
         return (
             self.fused
-            and not any(h._forward_hooks or h._backward_hooks for h in self._stream_hooks())
+            and not any_hooked(self._stream_hooks())
             and kernels_apply(self.unembed.weight, compiles=True)
             and (not torch.compiler.is_compiling() or streamed >= COMPILED_FROM)
         )

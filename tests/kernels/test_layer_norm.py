@@ -76,6 +76,19 @@ def test_the_row_statistics_are_the_mean_and_reciprocal_deviation() -> None:
     torch.testing.assert_close(rstd, 1 / torch.sqrt(x.var(-1, unbiased=False) + 1e-5), **TOLERANCE)
 
 
+def test_the_residual_sum_is_exact_where_nothing_or_a_bias_is_added() -> None:
+    """The stream the kernel passes on is x itself (inf included) with nothing to add, and
+    x + bias in float32 with a bias: an absent term adds nothing, not 0 * x."""
+    x = torch.randn(4, 33)
+    x[1, 5], x[2, 7] = float("inf"), float("-inf")
+    bias = torch.randn(33)
+    ones, zeros = torch.ones(33), torch.zeros(33)
+    total, _, _, _ = forward_values(x, None, None, ones, zeros, 1e-5)
+    assert torch.equal(total, x)
+    total, _, _, _ = forward_values(x, None, bias, ones, zeros, 1e-5)
+    assert torch.equal(total, x + bias)
+
+
 def test_the_sums_are_the_same_on_the_same_thread_count() -> None:
     """Each thread sums its block of rows and the blocks add in thread order: repeated
     calls give the same bits."""
