@@ -11,7 +11,11 @@
      xhat = (s - mean) rstd,
    which is also delta's gradient, with the column sums dweight = sum dy xhat,
    dbias = sum dy and ddelta_bias = sum dx. Each thread sums its block of rows, and the
-   blocks are added in thread order: the same numbers on the same thread count. */
+   blocks are added in thread order: the same numbers on the same thread count.
+   The embedding variant takes s = inputs embed^T + embed_bias (inputs [N, K] with few
+   columns, embed [C, K]) in place of the sums, computed in the row's pass; backward it
+   sums embed's and embed_bias's gradients from the rows' dx, which it does not write
+   (the inputs need none). */
 
 #include <math.h>
 #include <stddef.h>
@@ -22,9 +26,34 @@ static int omp_get_thread_num(void) { return 0; }
 static int omp_get_num_threads(void) { return 1; }
 #endif
 
+/* the columns the embedding's row loop holds in a register at once: one AVX-512 vector
+   (GCC's and clang's vector extensions; two AVX2 registers elsewhere) */
+#define BLOCK 16
+typedef float vf __attribute__((vector_size(4 * BLOCK)));
+typedef float vf_unaligned __attribute__((vector_size(4 * BLOCK), aligned(4)));
+
 static void rows_of(size_t n, int part, int parts, size_t *begin, size_t *end) {
     *begin = n * (size_t)part / (size_t)parts;
     *end = n * (size_t)(part + 1) / (size_t)parts;
+}
+
+/* The layer norm of the row sr (whose sum is total) into yr, and its statistics. */
+static inline void normalise_row(size_t c, const float *restrict sr, float total,
+                                 const float *restrict weight, const float *restrict bias,
+                                 float eps, float *restrict yr, float *restrict mean_out,
+                                 float *restrict rstd_out) {
+    const float inverse_c = 1.f / (float)c, mean = total * inverse_c;
+    float squares = 0.f;
+#pragma omp simd reduction(+ : squares)
+    for (size_t j = 0; j < c; j++) {
+        const float centred = sr[j] - mean;
+        squares += centred * centred;
+    }
+    const float rstd = 1.f / sqrtf(squares * inverse_c + eps);
+#pragma omp simd
+    for (size_t j = 0; j < c; j++) yr[j] = (sr[j] - mean) * rstd * weight[j] + bias[j];
+    *mean_out = mean;
+    *rstd_out = rstd;
 }
 
 void add_layer_norm_forward(int threads, size_t n, size_t c, const float *restrict x,
@@ -32,7 +61,6 @@ void add_layer_norm_forward(int threads, size_t n, size_t c, const float *restri
                             const float *restrict weight, const float *restrict bias,
                             float eps, float *restrict sum, float *restrict y,
                             float *restrict mean_out, float *restrict rstd_out) {
-    const float inverse_c = 1.f / (float)c;
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (size_t row = 0; row < n; row++) {
         const float *xr = x + row * c;
@@ -56,19 +84,74 @@ void add_layer_norm_forward(int threads, size_t n, size_t c, const float *restri
                 total += s;
             }
         }
-        const float mean = total * inverse_c;
-        float squares = 0.f;
-#pragma omp simd reduction(+ : squares)
-        for (size_t j = 0; j < c; j++) {
-            const float centred = sr[j] - mean;
-            squares += centred * centred;
-        }
-        const float rstd = 1.f / sqrtf(squares * inverse_c + eps);
-#pragma omp simd
-        for (size_t j = 0; j < c; j++) yr[j] = (sr[j] - mean) * rstd * weight[j] + bias[j];
-        mean_out[row] = mean;
-        rstd_out[row] = rstd;
+        normalise_row(c, sr, total, weight, bias, eps, yr, mean_out + row, rstd_out + row);
     }
+}
+
+void embed_layer_norm_forward(int threads, size_t n, size_t c, size_t k,
+                              const float *restrict inputs, const float *restrict embed_t,
+                              const float *restrict embed_bias, const float *restrict weight,
+                              const float *restrict bias, float eps, float *restrict sum,
+                              float *restrict y, float *restrict mean_out,
+                              float *restrict rstd_out) {
+    /* embed_t: embed transposed, [K, C] */
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (size_t row = 0; row < n; row++) {
+        const float *in = inputs + row * k;
+        float *sr = sum + row * c, *yr = y + row * c;
+        vf totals = {0.f};
+        size_t j = 0;
+        for (; j + BLOCK <= c; j += BLOCK) { /* BLOCK columns' sums in one register */
+            vf block = *(const vf_unaligned *)(embed_bias + j);
+            for (size_t col = 0; col < k; col++)
+                block += in[col] * *(const vf_unaligned *)(embed_t + col * c + j);
+            *(vf_unaligned *)(sr + j) = block;
+            totals += block;
+        }
+        float total = 0.f;
+        for (size_t t = 0; t < BLOCK; t++) total += totals[t];
+        for (; j < c; j++) {
+            float s = embed_bias[j];
+            for (size_t col = 0; col < k; col++) s += in[col] * embed_t[col * c + j];
+            sr[j] = s;
+            total += s;
+        }
+        normalise_row(c, sr, total, weight, bias, eps, yr, mean_out + row, rstd_out + row);
+    }
+}
+
+/* One row's dx (into dxr) from dy and dsum (may be absent), adding its terms to the
+   thread's sums of dweight (pw), dbias (pb) and dx (pd). */
+static inline void row_backward(size_t c, const float *restrict sr, float mu, float r,
+                                const float *restrict weight, const float *restrict dyr,
+                                const float *restrict dsumr, float *restrict pw,
+                                float *restrict pb, float *restrict pd, float *restrict dxr) {
+    const float inverse_c = 1.f / (float)c;
+    float sum_g = 0.f, sum_gx = 0.f;
+#pragma omp simd reduction(+ : sum_g, sum_gx)
+    for (size_t j = 0; j < c; j++) {
+        const float xhat = (sr[j] - mu) * r, g = dyr[j] * weight[j];
+        sum_g += g;
+        sum_gx += g * xhat;
+        pw[j] += dyr[j] * xhat;
+        pb[j] += dyr[j];
+    }
+    const float mean_g = sum_g * inverse_c, mean_gx = sum_gx * inverse_c;
+#pragma omp simd
+    for (size_t j = 0; j < c; j++) {
+        const float xhat = (sr[j] - mu) * r, g = dyr[j] * weight[j];
+        float d = r * (g - mean_g - xhat * mean_gx);
+        if (dsumr) d += dsumr[j];
+        dxr[j] = d;
+        pd[j] += d;
+    }
+}
+
+/* Element `at` of the threads' sums, each thread's block `stride` floats apart. */
+static inline float thread_sum(int threads, size_t stride, const float *partial, size_t at) {
+    float total = 0.f;
+    for (int part = 0; part < threads; part++) total += partial[(size_t)part * stride + at];
+    return total;
 }
 
 void add_layer_norm_backward(int threads, size_t n, size_t c, const float *restrict sum,
@@ -79,47 +162,58 @@ void add_layer_norm_backward(int threads, size_t n, size_t c, const float *restr
                              float *restrict ddelta_bias, float *restrict partial) {
     /* partial: threads x 3 x c zeros, each thread's sums of dweight, dbias, ddelta_bias */
     if ((size_t)threads > n) threads = n ? (int)n : 1;
-    const float inverse_c = 1.f / (float)c;
 #pragma omp parallel num_threads(threads)
     {
         const int part = omp_get_thread_num(), parts = omp_get_num_threads();
         size_t begin, end;
         rows_of(n, part, parts, &begin, &end);
         float *pw = partial + (size_t)part * 3 * c, *pb = pw + c, *pd = pb + c;
+        for (size_t row = begin; row < end; row++)
+            row_backward(c, sum + row * c, mean[row], rstd[row], weight, dy + row * c,
+                         dsum ? dsum + row * c : NULL, pw, pb, pd, dx + row * c);
+    }
+    for (size_t j = 0; j < c; j++) {
+        dweight[j] = thread_sum(threads, 3 * c, partial, j);
+        dbias[j] = thread_sum(threads, 3 * c, partial, c + j);
+        if (ddelta_bias) ddelta_bias[j] = thread_sum(threads, 3 * c, partial, 2 * c + j);
+    }
+}
+
+void embed_layer_norm_backward(int threads, size_t n, size_t c, size_t k,
+                               const float *restrict inputs, const float *restrict sum,
+                               const float *restrict mean, const float *restrict rstd,
+                               const float *restrict weight, const float *restrict dy,
+                               const float *restrict dsum, float *restrict dweight,
+                               float *restrict dbias, float *restrict dembed,
+                               float *restrict dembed_bias, float *restrict partial) {
+    /* partial: threads x (4 + K) x c zeros, each thread's sums of dweight, dbias,
+       dembed_bias, a row's dx, then dembed transposed ([K, C]); dembed is [C, K] */
+    if ((size_t)threads > n) threads = n ? (int)n : 1;
+    const size_t stride = (4 + k) * c;
+#pragma omp parallel num_threads(threads)
+    {
+        const int part = omp_get_thread_num(), parts = omp_get_num_threads();
+        size_t begin, end;
+        rows_of(n, part, parts, &begin, &end);
+        float *pw = partial + (size_t)part * stride, *pb = pw + c, *pd = pb + c;
+        float *dxr = pd + c, *pe = dxr + c;
         for (size_t row = begin; row < end; row++) {
-            const float *sr = sum + row * c, *dyr = dy + row * c;
-            float *dxr = dx + row * c;
-            const float mu = mean[row], r = rstd[row];
-            float sum_g = 0.f, sum_gx = 0.f;
-#pragma omp simd reduction(+ : sum_g, sum_gx)
-            for (size_t j = 0; j < c; j++) {
-                const float xhat = (sr[j] - mu) * r, g = dyr[j] * weight[j];
-                sum_g += g;
-                sum_gx += g * xhat;
-                pw[j] += dyr[j] * xhat;
-                pb[j] += dyr[j];
-            }
-            const float mean_g = sum_g * inverse_c, mean_gx = sum_gx * inverse_c;
+            row_backward(c, sum + row * c, mean[row], rstd[row], weight, dy + row * c,
+                         dsum ? dsum + row * c : NULL, pw, pb, pd, dxr);
+            const float *in = inputs + row * k;
+            for (size_t col = 0; col < k; col++) {
+                const float a = in[col];
+                float *pec = pe + col * c;
 #pragma omp simd
-            for (size_t j = 0; j < c; j++) {
-                const float xhat = (sr[j] - mu) * r, g = dyr[j] * weight[j];
-                float d = r * (g - mean_g - xhat * mean_gx);
-                if (dsum) d += dsum[row * c + j];
-                dxr[j] = d;
-                pd[j] += d;
+                for (size_t j = 0; j < c; j++) pec[j] += a * dxr[j];
             }
         }
     }
     for (size_t j = 0; j < c; j++) {
-        float w = 0.f, b = 0.f, d = 0.f;
-        for (int part = 0; part < threads; part++) {
-            const float *pw = partial + (size_t)part * 3 * c;
-            w += pw[j];
-            b += pw[c + j];
-            d += pw[2 * c + j];
-        }
-        dweight[j] = w;
-        dbias[j] = b;
-        if (ddelta_bias) ddelta_bias[j] = d;
+        dweight[j] = thread_sum(threads, stride, partial, j);
+        dbias[j] = thread_sum(threads, stride, partial, c + j);
+        dembed_bias[j] = thread_sum(threads, stride, partial, 2 * c + j);
+        for (size_t col = 0; col < k; col++)
+            dembed[j * k + col] = thread_sum(threads, stride, partial, (4 + col) * c + j);
     }
 }

@@ -6,8 +6,11 @@ three times for a layer norm's forward (sum, variance, output) and sums its weig
 gradients in strided passes of their own backward: at Table A1's fuzzy-logic setting its
 layer-norm kernels took 15% of a compiled step, bound by memory. The kernels of
 ``layer_norm.c`` read each row once, add, normalise and, backward, sum the weight, bias
-and residual-bias gradients in the same pass. The numbers are PyTorch's to float32
-rounding (the sums run in another order).
+and residual-bias gradients in the same pass. The first layer norm of a model with a
+linear embedding of a few input columns also computes the embedding in its pass
+(:func:`embed_forward_values`), and backward sums the embedding's gradients there, where
+PyTorch ran a matmul of inner size ``d_input`` each way and wrote the embedding to memory.
+The numbers are PyTorch's to float32 rounding (the sums run in another order).
 """
 
 from __future__ import annotations
@@ -28,6 +31,12 @@ from latentlens.kernels.build import load, threads
 # 1.04x on the reference's SRAVEN. Eager steps take them at any size (1.11x on small
 # SRAVEN).
 COMPILED_FROM = 2**18
+# A linear embedding of at most this many input columns is computed in the first layer
+# norm's pass, its weight gradient in the backward pass's, where PyTorch ran a matmul of
+# inner size k and wrote the embedding to memory. On one thread of a Xeon, at 4096 rows of
+# 128, forward and backward took 0.73x PyTorch's matmul and separate pass at k = 5, 0.86x
+# at k = 8, 1.03x at k = 17 and 1.27x at k = 32.
+EMBEDDED_UP_TO = 8
 
 
 @cache
@@ -38,6 +47,10 @@ def library() -> ctypes.CDLL:
         [ctypes.c_int, size, size] + [pointer] * 5 + [ctypes.c_float] + [pointer] * 4
     )
     lib.add_layer_norm_backward.argtypes = [ctypes.c_int, size, size] + [pointer] * 11
+    lib.embed_layer_norm_forward.argtypes = (
+        [ctypes.c_int, size, size, size] + [pointer] * 5 + [ctypes.c_float] + [pointer] * 4
+    )
+    lib.embed_layer_norm_backward.argtypes = [ctypes.c_int, size, size, size] + [pointer] * 12
     return lib
 
 
@@ -96,6 +109,67 @@ def backward_values(
         ddelta_bias.data_ptr(), partial.data_ptr(),
     )  # fmt: skip
     return dx, dweight, dbias, ddelta_bias
+
+
+def embed_forward_values(
+    inputs: torch.Tensor,
+    embed_weight: torch.Tensor,
+    embed_bias: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor,
+    eps: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(s, layer_norm(s), mean, rstd)`` of the embedding ``s = inputs @ embed_weight.T +
+    embed_bias`` (float32 CPU; inputs ``[..., k]``, embed_weight ``[d, k]``): the linear
+    embedding of a few input columns computed in the layer norm's pass."""
+    if inputs.shape[-1] != embed_weight.shape[1]:
+        raise ValueError(
+            f"inputs of shape {list(inputs.shape)} do not fit an embedding weight of shape "
+            f"{list(embed_weight.shape)}: their last dimension must be {embed_weight.shape[1]}"
+        )
+    inputs, embed_bias = inputs.contiguous(), embed_bias.contiguous()
+    embed_t, weight, bias = embed_weight.t().contiguous(), weight.contiguous(), bias.contiguous()
+    columns, width = embed_weight.shape
+    rows = inputs.numel() // max(width, 1)
+    total = inputs.new_empty(*inputs.shape[:-1], columns)
+    normed = torch.empty_like(total)
+    mean, rstd = inputs.new_empty(inputs.shape[:-1]), inputs.new_empty(inputs.shape[:-1])
+    library().embed_layer_norm_forward(
+        threads(), rows, columns, width, inputs.data_ptr(), embed_t.data_ptr(),
+        embed_bias.data_ptr(), weight.data_ptr(), bias.data_ptr(), eps,
+        total.data_ptr(), normed.data_ptr(), mean.data_ptr(), rstd.data_ptr(),
+    )  # fmt: skip
+    return total, normed, mean, rstd
+
+
+def embed_backward_values(
+    inputs: torch.Tensor,
+    total: torch.Tensor,
+    mean: torch.Tensor,
+    rstd: torch.Tensor,
+    weight: torch.Tensor,
+    d_normed: torch.Tensor,
+    d_total: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(dembed_weight, dembed_bias, dweight, dbias)`` of :func:`embed_forward_values`
+    from its inputs, sum and statistics, the layer norm's weight and the gradients of its
+    normed output and (None: zero) of its sum; the inputs get none."""
+    inputs, total, d_normed = inputs.contiguous(), total.contiguous(), d_normed.contiguous()
+    mean, rstd, weight = mean.contiguous(), rstd.contiguous(), weight.contiguous()
+    d_total = None if d_total is None else d_total.contiguous()
+    columns, width = total.shape[-1], inputs.shape[-1]
+    rows = total.numel() // max(columns, 1)
+    d_embed_weight = total.new_empty(columns, width)
+    d_embed_bias, dweight, dbias = (total.new_empty(columns) for _ in range(3))
+    count = threads()
+    partial = total.new_zeros(count, 4 + width, columns)  # each thread's sums and a row
+    library().embed_layer_norm_backward(
+        count, rows, columns, width, inputs.data_ptr(), total.data_ptr(), mean.data_ptr(),
+        rstd.data_ptr(), weight.data_ptr(), d_normed.data_ptr(), address(d_total),
+        dweight.data_ptr(), dbias.data_ptr(), d_embed_weight.data_ptr(),
+        d_embed_bias.data_ptr(), partial.data_ptr(),
+    )  # fmt: skip
+    return d_embed_weight, d_embed_bias, dweight, dbias
 
 
 class AddLayerNorm(torch.autograd.Function):
@@ -181,3 +255,85 @@ def _backward(ctx, d_total, d_normed, _d_mean, _d_rstd):
 
 
 add_layer_norm.register_autograd(_backward, setup_context=_setup_context)
+
+
+class EmbedLayerNorm(torch.autograd.Function):
+    """:func:`embed_forward_values` in eager mode: ``(s, layer_norm(s))`` of the
+    embedding ``s = inputs @ embed_weight.T + embed_bias``."""
+
+    @staticmethod
+    def forward(ctx, inputs, embed_weight, embed_bias, weight, bias, eps):  # type: ignore[override]
+        output = embed_forward_values(inputs, embed_weight, embed_bias, weight, bias, eps)
+        _save_embed(ctx, (inputs, embed_weight, embed_bias, weight, bias, eps), output)
+        return output[:2]
+
+    @staticmethod
+    def backward(ctx, d_total, d_normed):  # type: ignore[override]
+        return _embed_gradients(ctx, d_total, d_normed, embed_backward_values)
+
+
+def _save_embed(ctx, inputs, output) -> None:
+    """What the embedding's backward pass reads: the inputs, the sum, its row statistics
+    and the layer norm's weight."""
+    total, _normed, mean, rstd = output
+    ctx.save_for_backward(inputs[0], total, mean, rstd, inputs[3])
+
+
+def _embed_gradients(ctx, d_total, d_normed, backward) -> tuple:
+    """The gradients of ``inputs, embed_weight, embed_bias, weight, bias, eps`` by
+    ``backward`` (:func:`embed_backward_values` or its operator); the inputs get none."""
+    inputs, total, mean, rstd, weight = ctx.saved_tensors
+    if d_normed is None:
+        d_normed = torch.zeros_like(total)
+    d_embed_weight, d_embed_bias, dweight, dbias = backward(
+        inputs, total, mean, rstd, weight, d_normed, d_total
+    )
+    return None, d_embed_weight, d_embed_bias, dweight, dbias, None
+
+
+def fused_embed_layer_norm(
+    inputs: torch.Tensor, embed: torch.nn.Linear, norm: torch.nn.LayerNorm
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(s, norm(s))`` of ``s = embed(inputs)`` (float32 CPU, inputs ``[..., k]`` that
+    need no gradient) on the kernels: an autograd function in eager mode, the operator
+    inside torch.compile."""
+    args = (inputs, embed.weight, embed.bias, norm.weight, norm.bias, norm.eps)
+    if torch.compiler.is_compiling():
+        return embed_layer_norm(*args)[:2]
+    return EmbedLayerNorm.apply(*args)
+
+
+embed_layer_norm = torch.library.custom_op(
+    "latentlens::embed_layer_norm", embed_forward_values, mutates_args=()
+)
+embed_layer_norm_backward = torch.library.custom_op(
+    "latentlens::embed_layer_norm_backward", embed_backward_values, mutates_args=()
+)
+
+
+@embed_layer_norm.register_fake
+def _(inputs, embed_weight, embed_bias, weight, bias, eps):
+    total = inputs.new_empty(*inputs.shape[:-1], embed_weight.shape[0])
+    rows = inputs.new_empty(inputs.shape[:-1])
+    return total, torch.empty_like(total), rows, torch.empty_like(rows)
+
+
+@embed_layer_norm_backward.register_fake
+def _(inputs, total, mean, rstd, weight, d_normed, d_total):
+    columns = total.shape[-1]
+    return (
+        total.new_empty(columns, inputs.shape[-1]),
+        *(total.new_empty(columns) for _ in range(3)),
+    )
+
+
+def _setup_embed_context(ctx, inputs, output) -> None:
+    _save_embed(ctx, inputs, output)
+    ctx.mark_non_differentiable(*output[2:])
+
+
+def _embed_backward(ctx, d_total, d_normed, _d_mean, _d_rstd):
+    return _embed_gradients(ctx, d_total, d_normed, embed_layer_norm_backward)
+
+
+embed_layer_norm.register_autograd(_embed_backward, setup_context=_setup_embed_context)

@@ -26,7 +26,12 @@ from torch import nn
 
 from latentlens.kernels import kernels_apply
 from latentlens.kernels.gelu_tanh import fused_bias_gelu_tanh, fused_gelu_tanh
-from latentlens.kernels.layer_norm import COMPILED_FROM, fused_add_layer_norm
+from latentlens.kernels.layer_norm import (
+    COMPILED_FROM,
+    EMBEDDED_UP_TO,
+    fused_add_layer_norm,
+    fused_embed_layer_norm,
+)
 from latentlens.models.attention import Attention
 from latentlens.models.config import AttentionConfig, TransformerConfig
 from latentlens.models.hooked import HookedModel, HookPoint, any_hooked
@@ -201,8 +206,18 @@ class DecoderTransformer(HookedModel):
         """:meth:`forward` with each residual add and the layer norm after it one fused
         pass (:mod:`latentlens.kernels.layer_norm`), the embedding's and ``fc_out``'s
         biases added there, and ``fc_in``'s in the GELU's pass: the same function to
-        float32 rounding, with fewer passes over the stream."""
-        if isinstance(self.embed, nn.Linear):
+        float32 rounding, with fewer passes over the stream. A linear embedding of at
+        most :data:`~latentlens.kernels.layer_norm.EMBEDDED_UP_TO` input columns is
+        computed in the first layer norm's pass (not for inputs that need a gradient)."""
+        embedded = (
+            isinstance(self.embed, nn.Linear)
+            and not self.cfg.absolute_position
+            and self.cfg.d_input <= EMBEDDED_UP_TO
+            and not inputs.requires_grad
+        )
+        if embedded:
+            stream: tuple = ()  # the first layer norm's pass embeds the inputs
+        elif isinstance(self.embed, nn.Linear):
             stream = (F.linear(inputs, self.embed.weight), None, self.embed.bias)
         else:
             stream = (self.embed(inputs), None, None)
@@ -211,7 +226,10 @@ class DecoderTransformer(HookedModel):
             stream = (stream[0], positions, stream[2])
         pos, final = inputs.shape[1], len(self.blocks) - 1
         for layer, block in enumerate(self.blocks):
-            resid, normed = fused_add_layer_norm(*stream, block.ln1)
+            if layer == 0 and embedded:
+                resid, normed = fused_embed_layer_norm(inputs, self.embed, block.ln1)
+            else:
+                resid, normed = fused_add_layer_norm(*stream, block.ln1)
             if layer == final and last_positions not in (None, pos):
                 start = pos - last_positions
                 attn_out = block.attn(normed, key_mask=key_mask, query_start=start)

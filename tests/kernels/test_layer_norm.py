@@ -13,7 +13,14 @@ import torch
 import torch.nn.functional as F
 
 from latentlens.kernels import use_fused_kernels
-from latentlens.kernels.layer_norm import add_layer_norm, add_layer_norm_backward, forward_values
+from latentlens.kernels.layer_norm import (
+    add_layer_norm,
+    add_layer_norm_backward,
+    embed_forward_values,
+    embed_layer_norm,
+    embed_layer_norm_backward,
+    forward_values,
+)
 from latentlens.models.config import TransformerConfig
 from latentlens.models.transformer import DecoderTransformer
 
@@ -69,6 +76,41 @@ def test_the_kernel_computes_the_equations(has_delta, has_delta_bias, threads) -
                                        msg=name)  # fmt: skip
 
 
+@pytest.mark.parametrize("width", [1, 5, 8])
+@pytest.mark.parametrize("threads", [1, 3])
+def test_the_embedding_kernel_computes_the_equations(width, threads) -> None:
+    """s = inputs embed^T + embed_bias, then s's layer norm: values and the gradients of
+    embed, embed_bias and the norm's weight and bias, with s's own gradient flowing in;
+    100 columns (6 vectors of 16 and a remainder) and 3 x 17 rows."""
+    gen = torch.Generator().manual_seed(3)
+    inputs = torch.randn(3, 17, width, generator=gen)
+    leaves = {
+        "embed": torch.randn(100, width, generator=gen),
+        "embed_bias": torch.randn(100, generator=gen),
+        "weight": torch.randn(100, generator=gen),
+        "bias": torch.randn(100, generator=gen),
+    }
+    ours = {k: v.clone().requires_grad_() for k, v in leaves.items()}
+    exact = {k: v.double().requires_grad_() for k, v in leaves.items()}
+    d_total, d_normed = (torch.randn(3, 17, 100, generator=gen) for _ in range(2))
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(threads)
+        total, normed, _, _ = embed_layer_norm(inputs, *ours.values(), 1e-6)
+        ((total * d_total).sum() + (normed * d_normed).sum()).backward()
+    finally:
+        torch.set_num_threads(before)
+    embedded = F.linear(inputs.double(), exact["embed"], exact["embed_bias"])
+    total_exact, normed_exact = add_norm_float64(
+        embedded, None, None, exact["weight"], exact["bias"], 1e-6
+    )
+    ((total_exact * d_total.double()).sum() + (normed_exact * d_normed.double()).sum()).backward()
+    torch.testing.assert_close(total.double(), total_exact.detach(), **TOLERANCE)
+    torch.testing.assert_close(normed.double(), normed_exact.detach(), **TOLERANCE)
+    for name, leaf in ours.items():
+        torch.testing.assert_close(leaf.grad.double(), exact[name].grad, **TOLERANCE, msg=name)
+
+
 def test_the_row_statistics_are_the_mean_and_reciprocal_deviation() -> None:
     x = torch.randn(5, 40, dtype=torch.float64).float()
     _, _, mean, rstd = forward_values(x, None, None, torch.ones(40), torch.zeros(40), 1e-5)
@@ -95,15 +137,38 @@ def test_the_sums_are_the_same_on_the_same_thread_count() -> None:
     gen = torch.Generator().manual_seed(1)
     total, d_normed = torch.randn(300, 64, generator=gen), torch.randn(300, 64, generator=gen)
     mean, rstd, weight = total.mean(-1), torch.rand(300, generator=gen) + 0.5, torch.randn(64)
+    inputs = torch.randn(300, 5, generator=gen)
     before = torch.get_num_threads()
     try:
         torch.set_num_threads(2)
-        first = add_layer_norm_backward(total, mean, rstd, weight, d_normed, None)
-        again = add_layer_norm_backward(total, mean, rstd, weight, d_normed, None)
+        for backward, args in [
+            (add_layer_norm_backward, (total, mean, rstd, weight, d_normed, None)),
+            (embed_layer_norm_backward, (inputs, total, mean, rstd, weight, d_normed, None)),
+        ]:
+            first, again = backward(*args), backward(*args)
+            for a, b in zip(first, again, strict=True):
+                assert torch.equal(a, b)
     finally:
         torch.set_num_threads(before)
-    for a, b in zip(first, again, strict=True):
-        assert torch.equal(a, b)
+
+
+def test_inputs_that_need_a_gradient_take_pytorchs_embedding() -> None:
+    """The embedding kernel gives the inputs no gradient: inputs that need one (an
+    attribution) take PyTorch's embedding, and get the plain model's gradient."""
+    plain, fused = model_pair()
+    gradients = []
+    for model in (plain, fused):
+        inputs = model_inputs(model).requires_grad_()
+        model(inputs).sum().backward()
+        gradients.append(inputs.grad)
+    assert gradients[1] is not None
+    torch.testing.assert_close(gradients[1], gradients[0], **TOLERANCE)
+
+
+def test_an_embedding_weight_that_does_not_fit_the_inputs_is_refused() -> None:
+    with pytest.raises(ValueError, match="last dimension must be 3"):
+        embed_forward_values(torch.randn(2, 4), torch.randn(6, 3), torch.randn(6),
+                             torch.ones(6), torch.zeros(6), 1e-5)  # fmt: skip
 
 
 def model_pair(**overrides) -> tuple[DecoderTransformer, DecoderTransformer]:

@@ -86,13 +86,16 @@ def test_a_compiled_fused_run_trains_as_the_eager_run(
         both_losses = torch.stack([both.train_step().detach() for _ in range(12)])
     # each kernel ran in every layer's step, forward and backward: the attention core,
     # the GELU (with fc_in's bias on the stream's path), and on the stream's path the
-    # residual add and layer norm before each sublayer and the readout
+    # residual add and layer norm before each sublayer and the readout, the first the
+    # embedding's (fuzzy logic's inputs have 5 columns)
     layers = len(both.model.blocks)
     gelu = "bias_gelu_tanh" if stream else "gelu_tanh"
-    norms = 2 * layers + 1 if stream else 0
+    norms, embedded = (2 * layers, 1) if stream else (0, 0)
     for name, count in [("core", layers), (f"{gelu}_forward", layers),
                         (f"{gelu}_backward", layers), ("add_layer_norm_forward", norms),
-                        ("add_layer_norm_backward", norms)]:  # fmt: skip
+                        ("add_layer_norm_backward", norms),
+                        ("embed_layer_norm_forward", embedded),
+                        ("embed_layer_norm_backward", embedded)]:  # fmt: skip
         assert calls.count(name) == 12 * count, name
     eager_losses = torch.stack([eager.train_step().detach() for _ in range(12)])
     torch.testing.assert_close(both_losses, eager_losses, rtol=1e-3, atol=1e-4)
@@ -123,6 +126,12 @@ def test_the_kernel_operators_are_registered_completely() -> None:
     weight, ln_bias = torch.randn(5, generator=gen), torch.randn(5, generator=gen)
     total, _, mean, rstd = layer_norm.forward_values(stream, delta, bias, weight, ln_bias, 1e-6)
     d_total = torch.randn(6, 4, 5, generator=gen)
+    inputs = torch.randn(4, 6, 3, generator=gen).transpose(0, 1)  # strided
+    embed = torch.randn(5, 3, generator=gen, requires_grad=True)
+    embedded, _, embedded_mean, embedded_rstd = layer_norm.embed_forward_values(
+        inputs, embed, bias, weight, ln_bias, 1e-6
+    )
+    embedded_statistics = (embedded, embedded_mean, embedded_rstd, weight, d_total)
     for operator, args in [
         (gelu_tanh.gelu_tanh, (x,)),
         (gelu_tanh.gelu_tanh_backward, (x.detach(), dy)),
@@ -132,6 +141,9 @@ def test_the_kernel_operators_are_registered_completely() -> None:
         (layer_norm.add_layer_norm, (stream, None, None, weight, ln_bias, 1e-6)),
         (layer_norm.add_layer_norm_backward, (total, mean, rstd, weight, d_total, d_total)),
         (layer_norm.add_layer_norm_backward, (total, mean, rstd, weight, d_total, None)),
+        (layer_norm.embed_layer_norm, (inputs, embed, bias, weight, ln_bias, 1e-6)),
+        (layer_norm.embed_layer_norm_backward, (inputs, *embedded_statistics, d_total)),
+        (layer_norm.embed_layer_norm_backward, (inputs, *embedded_statistics, None)),
     ]:
         results = torch.library.opcheck(operator, args)
         assert set(results) >= {"test_schema", "test_autograd_registration", "test_faketensor"}
