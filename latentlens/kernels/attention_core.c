@@ -15,8 +15,10 @@
    a gradient laid out as its tensor: q, k and v may be slices of one projection; bias,
    dbias [H, Q, KP] (or NULL); drop [Q, KP] (the dropout mask's keep / (1 - p), or NULL),
    zero past K;
-   z, dz [B, Q, H, E]; rows [B, Q, H, 2] (softmax's row maximum and inverse sum, written
-   forward, read backward; unused by the other normalisations), all contiguous. Query i sits at key position
+   z [B, Q, H, E] and rows [B, Q, H, 2] (softmax's row maximum and inverse sum, written
+   forward, read backward; unused by the other normalisations), contiguous; dz [B, Q, H, E]
+   with Spec's strides for each of its dimensions (a matmul's gradient may come
+   transposed). Query i sits at key position
    query_start + i: with the causal mask it sees keys 0 .. query_start + i.
 
    norm: 0 softmax over keys, 1 rms across heads (HYLA's), 2 none (linear attention).
@@ -95,6 +97,7 @@ typedef struct {
     int B, Q, K, KP, H, D, E, query_start, causal, norm, vnet;
     float scale, eps;
     long q_batch, q_pos, q_head, k_batch, k_pos, k_head, v_batch, v_pos, v_head;
+    long dz_batch, dz_pos, dz_head, dz_elem;
 } Spec;
 
 
@@ -316,6 +319,7 @@ INLINE void backward_slice(const Spec *p, int b0, int b1, const float *q, const 
     const int H = p->H, KP = p->KP, D = p->D, E = p->E, NB = KP / LANES;
     Buffers w = buffers(p);
     const float *kb = w.kt;
+    float dzi[H * E]; /* one query's dz, gathered from its strides */
     for (int b = b0; b < b1; b++) {
         transpose_keys(p, k, v, b, &w);
         memset(w.dkt, 0, sizeof(float) * H * (D + E) * KP); /* dvt follows dkt */
@@ -323,7 +327,10 @@ INLINE void backward_slice(const Spec *p, int b0, int b1, const float *q, const 
             const int n = keys_seen(p, i), nb = (n + LANES - 1) / LANES;
             float *row = p->norm == 0 ? (float *)rows + ((size_t)b * p->Q + i) * H * 2 : NULL;
             pattern(p, q, bias, drop, b, i, n, nb, row, 1, &w);
-            pattern_gradient(p, dz + ((size_t)b * p->Q + i) * H * E, nb, &w);
+            const float *dzq = dz + b * p->dz_batch + i * p->dz_pos;
+            for (int h = 0; h < H; h++)
+                for (int e = 0; e < E; e++) dzi[h * E + e] = dzq[h * p->dz_head + e * p->dz_elem];
+            pattern_gradient(p, dzi, nb, &w);
             score_gradient(p, drop, i, n, nb, &w);
             /* ds into q, k and the bias. */
             for (int h = 0; h < H; h++) {

@@ -36,6 +36,7 @@ LANES = 16  # attention_core.c's block of keys
 
 STRIDES = ("q_batch", "q_pos", "q_head", "k_batch", "k_pos", "k_head", "v_batch", "v_pos",
            "v_head")  # fmt: skip
+DZ_STRIDES = ("dz_batch", "dz_pos", "dz_head", "dz_elem")  # set by core_backward
 
 
 class Spec(ctypes.Structure):
@@ -43,7 +44,7 @@ class Spec(ctypes.Structure):
         [(name, ctypes.c_int) for name in
          ("B", "Q", "K", "KP", "H", "D", "E", "query_start", "causal", "norm", "vnet")]
         + [("scale", ctypes.c_float), ("eps", ctypes.c_float)]
-        + [(name, ctypes.c_long) for name in STRIDES]
+        + [(name, ctypes.c_long) for name in STRIDES + DZ_STRIDES]
     )  # fmt: skip
 
 
@@ -142,13 +143,15 @@ def core_forward(spec: Spec, q, k, v, bias, drop) -> tuple[torch.Tensor, torch.T
 
 def core_backward(spec: Spec, saved, dz, dq, dk, dv, bias_grad: bool) -> torch.Tensor | None:
     """Writes the gradients into dq, dk and dv (laid out as q, k and v); the bias's
-    gradient, where ``bias_grad``."""
+    gradient, where ``bias_grad``. dz is read where it lies, with any strides."""
     q, k, v, bias, drop, rows = saved
     count = threads()
     dbias = None  # one [head, query, padded key] sum per thread's slice of the batch
     if bias is not None and bias_grad:
         dbias = bias.new_zeros(count, *bias.shape)
-    dz = dz.contiguous()  # held here: the kernel reads it after the list is built
+    spec = Spec.from_buffer_copy(spec)  # dz read where it lies, with its strides
+    for name, stride in zip(DZ_STRIDES, dz.stride(), strict=True):
+        setattr(spec, name, stride)
     pointers = [address(t) for t in (q, k, v, bias, drop, rows, dz, dq, dk, dv, dbias)]
     kernels_for(spec).attention_backward(ctypes.byref(spec), count, *pointers)
     return None if dbias is None else dbias.sum(0)

@@ -258,3 +258,27 @@ def test_a_library_built_for_the_sizes_computes_the_generic_numbers(
     generic_4 = call(4, lambda spec: attention_core.library())
     for ours, theirs in zip(specialised + mismatched, generic + generic_4, strict=True):
         torch.testing.assert_close(ours, theirs, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("batch", [2, 64])  # the generic library and one built for the sizes
+def test_dz_is_read_where_it_lies(batch) -> None:
+    """The backward pass reads dz with its strides: laid out [batch, query, d_head, head]
+    (as a matmul's gradient through W_O comes) or with an expanded batch, it gives the
+    gradients of the same values made contiguous, bit for bit."""
+    gen = torch.Generator().manual_seed(5)
+    heads, keys, d, start = 8, 21, 2, 5
+    packed = torch.randn(batch, keys, heads, 3 * d, generator=gen)
+    options = (d, d, "softmax", None, False, start, 1e-6)
+    _, rows = attention_core.self_attention_core(packed, None, None, *options)
+    transposed = torch.randn(batch, keys - start, d, heads, generator=gen).transpose(2, 3)
+    expanded = torch.randn(1, keys - start, heads, d, generator=gen).expand(batch, -1, -1, -1)
+    for dz in (transposed, expanded):
+        assert not dz.is_contiguous()
+        strided = attention_core.self_attention_core_backward(
+            packed, None, None, rows, dz, *options
+        )
+        contiguous = attention_core.self_attention_core_backward(
+            packed, None, None, rows, dz.contiguous(), *options
+        )
+        for ours, theirs in zip(strided, contiguous, strict=True):
+            torch.testing.assert_close(ours, theirs, rtol=0, atol=0)
