@@ -279,6 +279,89 @@ def _backward(ctx, dz, d_rows):
 self_attention_core.register_autograd(_backward, setup_context=_save_for_backward)
 
 
+def query_core(q: torch.Tensor, kv: torch.Tensor, d_k: int, *options):
+    """q and ``kv`` contiguous, k and v (views of kv) and the kernel's :class:`Spec` of
+    them (``options``: normalization, activation, causal, query_start, eps)."""
+    q, kv = q.contiguous(), kv.contiguous()
+    names = ("normalization", "activation", "causal", "query_start", "eps")
+    k, v = kv[..., :d_k], kv[..., d_k:]
+    return q, kv, (k, v), core_spec(q, k, v, **dict(zip(names, options, strict=True)))
+
+
+@torch.library.custom_op("latentlens::query_attention_core", mutates_args=())
+def query_attention_core(
+    q: torch.Tensor,
+    kv: torch.Tensor,
+    bias: torch.Tensor | None,
+    drop: torch.Tensor | None,
+    d_k: int,
+    normalization: str,
+    activation: str | None,
+    causal: bool,
+    query_start: int,
+    eps: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`self_attention_core` with the queries apart: q ``[batch, query, head, d_q]``
+    (positions ``query_start`` on) and k and v packed in ``kv`` ``[batch, key, head, d_k
+    + d_v]``, read in place, so that a last block projects q at its queries alone."""
+    q, kv, (k, v), spec = query_core(q, kv, d_k, normalization, activation, causal,
+                                     query_start, eps)  # fmt: skip
+    return core_forward(spec, q, k, v, bias, drop)
+
+
+@query_attention_core.register_fake
+def _(q, kv, bias, drop, d_k, normalization, activation, causal, query_start, eps):
+    batch, queries, heads, _ = q.shape
+    rows = row_shape(batch, queries, heads, normalization == "softmax")
+    return q.new_empty(batch, queries, heads, kv.shape[-1] - d_k), q.new_empty(rows)
+
+
+@torch.library.custom_op("latentlens::query_attention_core_backward", mutates_args=())
+def query_attention_core_backward(
+    q: torch.Tensor,
+    kv: torch.Tensor,
+    bias: torch.Tensor | None,
+    drop: torch.Tensor | None,
+    rows: torch.Tensor,
+    dz: torch.Tensor,
+    d_k: int,
+    normalization: str,
+    activation: str | None,
+    causal: bool,
+    query_start: int,
+    eps: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The gradients of :func:`query_attention_core` with respect to q, ``kv`` (packed
+    alike, every entry written) and ``bias`` (empty where there is none)."""
+    q, kv, (k, v), spec = query_core(q, kv, d_k, normalization, activation, causal,
+                                     query_start, eps)  # fmt: skip
+    dq, d_kv = torch.empty_like(q), torch.empty_like(kv)
+    saved = (q, k, v, bias, drop, rows)
+    dbias = core_backward(spec, saved, dz, dq, d_kv[..., :d_k], d_kv[..., d_k:], bias is not None)
+    return dq, d_kv, q.new_empty(0) if dbias is None else dbias
+
+
+@query_attention_core_backward.register_fake
+def _(q, kv, bias, drop, rows, dz, d_k, normalization, activation, causal, query_start, eps):
+    dbias = q.new_empty(0) if bias is None else torch.empty_like(bias)
+    return torch.empty_like(q), torch.empty_like(kv), dbias
+
+
+def _save_query_core(ctx, inputs, output) -> None:
+    q, kv, bias, drop, *options = inputs
+    ctx.save_for_backward(q, kv, bias, drop, output[1])
+    ctx.options = options
+
+
+def _query_core_backward(ctx, dz, d_rows):
+    q, kv, bias, drop, rows = ctx.saved_tensors
+    dq, d_kv, dbias = query_attention_core_backward(q, kv, bias, drop, rows, dz, *ctx.options)
+    return (dq, d_kv, None if bias is None else dbias) + (None,) * 7
+
+
+query_attention_core.register_autograd(_query_core_backward, setup_context=_save_query_core)
+
+
 def fused_attention_core(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -310,4 +393,19 @@ def fused_self_attention_core(
     packed in ``packed`` ``[batch, pos, head, d_q + d_k + d_v]`` (``widths``: d_q, d_k;
     see :func:`self_attention_core`); ``options`` as :func:`fused_attention_core`'s."""
     z, _ = self_attention_core(packed, padded(bias), padded(drop), *widths, **options)
+    return z
+
+
+def fused_query_attention_core(
+    q: torch.Tensor,
+    kv: torch.Tensor,
+    d_k: int,
+    bias: torch.Tensor | None,
+    drop: torch.Tensor | None,
+    **options,
+) -> torch.Tensor:
+    """z ``[batch, query, head, d_head_v]`` of queries q ``[batch, query, head, d_q]`` on
+    the keys and values packed in ``kv`` ``[batch, key, head, d_k + d_v]`` (see
+    :func:`query_attention_core`); ``options`` as :func:`fused_attention_core`'s."""
+    z, _ = query_attention_core(q, kv, padded(bias), padded(drop), d_k, **options)
     return z

@@ -47,6 +47,9 @@ def library() -> ctypes.CDLL:
         [ctypes.c_int, size, size] + [pointer] * 5 + [ctypes.c_float] + [pointer] * 4
     )
     lib.add_layer_norm_backward.argtypes = [ctypes.c_int, size, size] + [pointer] * 11
+    lib.add_layer_norm_backward_kept.argtypes = [ctypes.c_int, size, size, size, size] + [
+        pointer
+    ] * 12
     lib.embed_layer_norm_forward.argtypes = (
         [ctypes.c_int, size, size, size] + [pointer] * 5 + [ctypes.c_float] + [pointer] * 4
     )
@@ -106,6 +109,57 @@ def backward_values(
         count, rows, columns, total.data_ptr(), mean.data_ptr(), rstd.data_ptr(),
         weight.data_ptr(), d_normed.data_ptr(),
         address(d_total), dx.data_ptr(), dweight.data_ptr(), dbias.data_ptr(),
+        ddelta_bias.data_ptr(), partial.data_ptr(),
+    )  # fmt: skip
+    return dx, dweight, dbias, ddelta_bias
+
+
+def kept_forward_values(
+    x: torch.Tensor,
+    delta: torch.Tensor | None,
+    delta_bias: torch.Tensor | None,
+    weight: torch.Tensor,
+    bias: torch.Tensor,
+    eps: float,
+    keep_from: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`forward_values` of ``[batch, positions, d]`` inputs, also giving out the sum
+    and the normed output at the kept positions (``keep_from`` on), where a transformer's
+    last block reads them: ``(s[:, keep_from:], layer_norm(s), layer_norm(s)[:,
+    keep_from:], s, mean, rstd)``, the kept rows as copies of their own."""
+    total, normed, mean, rstd = forward_values(x, delta, delta_bias, weight, bias, eps)
+    kept_total, kept_normed = total[:, keep_from:].clone(), normed[:, keep_from:].clone()
+    return kept_total, normed, kept_normed, total, mean, rstd
+
+
+def kept_backward_values(
+    total: torch.Tensor,
+    mean: torch.Tensor,
+    rstd: torch.Tensor,
+    weight: torch.Tensor,
+    d_normed: torch.Tensor,
+    d_kept_normed: torch.Tensor | None,
+    d_kept_total: torch.Tensor | None,
+    keep_from: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`backward_values` of :func:`kept_forward_values`: the gradient of the normed
+    output and those (None: zero) of the kept rows' normed output and sum. A kept row's
+    gradients join its row's in the kernel's pass, where autograd would have padded them
+    with zeros to every position and added them."""
+    total, d_normed = total.contiguous(), d_normed.contiguous()
+    mean, rstd, weight = mean.contiguous(), rstd.contiguous(), weight.contiguous()
+    d_kept_normed = None if d_kept_normed is None else d_kept_normed.contiguous()
+    d_kept_total = None if d_kept_total is None else d_kept_total.contiguous()
+    columns, positions = total.shape[-1], total.shape[1]
+    rows = total.numel() // max(columns, 1)
+    dx = torch.empty_like(total)
+    dweight, dbias, ddelta_bias = (total.new_empty(columns) for _ in range(3))
+    count = threads()
+    partial = total.new_zeros(count, 4, columns)  # each thread's column sums and a row
+    library().add_layer_norm_backward_kept(
+        count, rows, columns, positions, keep_from, total.data_ptr(), mean.data_ptr(),
+        rstd.data_ptr(), weight.data_ptr(), d_normed.data_ptr(), address(d_kept_normed),
+        address(d_kept_total), dx.data_ptr(), dweight.data_ptr(), dbias.data_ptr(),
         ddelta_bias.data_ptr(), partial.data_ptr(),
     )  # fmt: skip
     return dx, dweight, dbias, ddelta_bias
@@ -337,3 +391,87 @@ def _embed_backward(ctx, d_total, d_normed, _d_mean, _d_rstd):
 
 
 embed_layer_norm.register_autograd(_embed_backward, setup_context=_setup_embed_context)
+
+
+class KeptAddLayerNorm(torch.autograd.Function):
+    """:func:`kept_forward_values` in eager mode: ``(s[:, keep_from:], layer_norm(s),
+    layer_norm(s)[:, keep_from:])``."""
+
+    @staticmethod
+    def forward(ctx, x, delta, delta_bias, weight, bias, eps, keep_from):  # type: ignore[override]
+        output = kept_forward_values(x, delta, delta_bias, weight, bias, eps, keep_from)
+        _save_kept(ctx, (x, delta, delta_bias, weight, bias, eps, keep_from), output)
+        return output[:3]
+
+    @staticmethod
+    def backward(ctx, d_kept_total, d_normed, d_kept_normed):  # type: ignore[override]
+        return _kept_gradients(ctx, d_kept_total, d_normed, d_kept_normed, kept_backward_values)
+
+
+def _save_kept(ctx, inputs, output) -> None:
+    """:func:`_save` of the whole sum, and the kept positions."""
+    _kept_total, normed, _kept_normed, total, mean, rstd = output
+    _save(ctx, inputs[:6], (total, normed, mean, rstd))
+    ctx.keep_from = inputs[6]
+
+
+def _kept_gradients(ctx, d_kept_total, d_normed, d_kept_normed, backward) -> tuple:
+    """The gradients of ``x, delta, delta_bias, weight, bias, eps, keep_from`` by
+    ``backward`` (:func:`kept_backward_values` or its operator)."""
+
+    def whole(total, mean, rstd, weight, d_normed, _d_total):
+        return backward(total, mean, rstd, weight, d_normed, d_kept_normed, d_kept_total,
+                        ctx.keep_from)  # fmt: skip
+
+    return (*_gradients(ctx, None, d_normed, whole), None)
+
+
+def fused_kept_add_layer_norm(
+    x: torch.Tensor,
+    delta: torch.Tensor | None,
+    delta_bias: torch.Tensor | None,
+    norm: torch.nn.LayerNorm,
+    keep_from: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(s[:, keep_from:], norm(s), norm(s)[:, keep_from:])`` of ``s = x + delta +
+    delta_bias`` (``[batch, positions, d]``, as :func:`fused_add_layer_norm`'s) on the
+    kernels: a transformer's last block, whose queries and residual are its last
+    positions, while its keys and values read every position."""
+    args = (x, delta, delta_bias, norm.weight, norm.bias, norm.eps, keep_from)
+    if torch.compiler.is_compiling():
+        return kept_add_layer_norm(*args)[:3]
+    return KeptAddLayerNorm.apply(*args)
+
+
+kept_add_layer_norm = torch.library.custom_op(
+    "latentlens::kept_add_layer_norm", kept_forward_values, mutates_args=()
+)
+kept_add_layer_norm_backward = torch.library.custom_op(
+    "latentlens::kept_add_layer_norm_backward", kept_backward_values, mutates_args=()
+)
+
+
+@kept_add_layer_norm.register_fake
+def _(x, delta, delta_bias, weight, bias, eps, keep_from):
+    total = torch.empty_like(x, memory_format=torch.contiguous_format)
+    kept, rows = total[:, keep_from:].clone(), x.new_empty(x.shape[:-1])
+    return kept, torch.empty_like(total), kept.clone(), total, rows, torch.empty_like(rows)
+
+
+@kept_add_layer_norm_backward.register_fake
+def _(total, mean, rstd, weight, d_normed, d_kept_normed, d_kept_total, keep_from):
+    columns = total.shape[-1]
+    dx = torch.empty_like(total, memory_format=torch.contiguous_format)
+    return dx, total.new_empty(columns), total.new_empty(columns), total.new_empty(columns)
+
+
+def _setup_kept_context(ctx, inputs, output) -> None:
+    _save_kept(ctx, inputs, output)
+    ctx.mark_non_differentiable(*output[3:])
+
+
+def _kept_backward(ctx, d_kept_total, d_normed, d_kept_normed, _d_total, _d_mean, _d_rstd):
+    return _kept_gradients(ctx, d_kept_total, d_normed, d_kept_normed, kept_add_layer_norm_backward)
+
+
+kept_add_layer_norm.register_autograd(_kept_backward, setup_context=_setup_kept_context)

@@ -34,6 +34,7 @@ from torch import nn
 from latentlens.kernels import kernels_apply
 from latentlens.kernels.attention_core import (
     fused_attention_core,
+    fused_query_attention_core,
     fused_self_attention_core,
     supports,
 )
@@ -157,6 +158,8 @@ class Attention(nn.Module):
                     f"{kv.shape[1]} key positions; it must lie in "
                     f"[0, {kv.shape[1] - x.shape[1]}]"
                 )
+            if key_mask is None and self._fused_core_applies(x, packed=True):
+                return self._output(self._fused_query_attention(x, kv, query_start))
             q, k, v = self._project(x, kv)
         batch, q_len, k_len = q.shape[0], q.shape[1], k.shape[1]
         q, k, v = self.hook_q(q), self.hook_k(k), self.hook_v(v)
@@ -233,6 +236,18 @@ class Attention(nn.Module):
         widths = (self.W_Q.shape[-1], self.W_K.shape[-1])
         options = self._fused_core_options(query_start)
         return fused_self_attention_core(packed, widths, bias, drop, **options)
+
+    def _fused_query_attention(
+        self, x: torch.Tensor, kv: torch.Tensor, query_start: int
+    ) -> torch.Tensor:
+        """The fused core's z ``[batch, query_pos, head, d_head_v]`` of queries ``x``
+        attending to ``kv``: q projected at the queries alone, k and v read in place in
+        their joint projection."""
+        q = torch.einsum("bpm,hmd->bphd", x, self.W_Q) + self.b_Q
+        packed = self._joint_projection(kv, [self.W_K, self.W_V], [self.b_K, self.b_V])
+        bias, drop = self._fused_core_extras(x.shape[1], kv.shape[1], x, query_start)
+        options = self._fused_core_options(query_start)
+        return fused_query_attention_core(q, packed, self.W_K.shape[-1], bias, drop, **options)
 
     def _fused_core_extras(
         self, q_len: int, k_len: int, x: torch.Tensor, query_start: int

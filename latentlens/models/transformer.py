@@ -31,6 +31,7 @@ from latentlens.kernels.layer_norm import (
     EMBEDDED_UP_TO,
     fused_add_layer_norm,
     fused_embed_layer_norm,
+    fused_kept_add_layer_norm,
 )
 from latentlens.models.attention import Attention
 from latentlens.models.config import AttentionConfig, TransformerConfig
@@ -225,17 +226,21 @@ class DecoderTransformer(HookedModel):
             positions = self.pos_encoding[: inputs.shape[1]].expand(stream[0].shape)
             stream = (stream[0], positions, stream[2])
         pos, final = inputs.shape[1], len(self.blocks) - 1
+        start = 0 if last_positions is None else pos - last_positions
         for layer, block in enumerate(self.blocks):
+            keep_from = start if layer == final else 0  # the queries and residual kept
             if layer == 0 and embedded:
                 resid, normed = fused_embed_layer_norm(inputs, self.embed, block.ln1)
+                queries = normed
+                if keep_from:  # a one-block model
+                    resid, queries = resid[:, keep_from:], normed[:, keep_from:]
+            elif keep_from:
+                resid, normed, queries = fused_kept_add_layer_norm(*stream, block.ln1, keep_from)
             else:
                 resid, normed = fused_add_layer_norm(*stream, block.ln1)
-            if layer == final and last_positions not in (None, pos):
-                start = pos - last_positions
-                attn_out = block.attn(normed, key_mask=key_mask, query_start=start)
-                resid = resid[:, start:]
-            else:
-                attn_out = block.attn(normed, key_mask=key_mask)
+                queries = normed
+            kv = normed if keep_from else None
+            attn_out = block.attn(queries, kv=kv, key_mask=key_mask, query_start=keep_from)
             resid, normed = fused_add_layer_norm(resid, attn_out, None, block.ln2)
             stream = (resid, block.mlp.unbiased(normed), block.mlp.fc_out.bias)
         return self.unembed(fused_add_layer_norm(*stream, self.ln_final)[1])

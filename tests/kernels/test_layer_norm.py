@@ -20,6 +20,7 @@ from latentlens.kernels.layer_norm import (
     embed_layer_norm,
     embed_layer_norm_backward,
     forward_values,
+    kept_add_layer_norm,
 )
 from latentlens.models.config import TransformerConfig
 from latentlens.models.transformer import DecoderTransformer
@@ -107,6 +108,52 @@ def test_the_embedding_kernel_computes_the_equations(width, threads) -> None:
     ((total_exact * d_total.double()).sum() + (normed_exact * d_normed.double()).sum()).backward()
     torch.testing.assert_close(total.double(), total_exact.detach(), **TOLERANCE)
     torch.testing.assert_close(normed.double(), normed_exact.detach(), **TOLERANCE)
+    for name, leaf in ours.items():
+        torch.testing.assert_close(leaf.grad.double(), exact[name].grad, **TOLERANCE, msg=name)
+
+
+@pytest.mark.parametrize("kept_gradients", [(True, True), (False, True), (True, False)])
+@pytest.mark.parametrize("threads", [1, 3])
+def test_the_kept_rows_kernel_computes_the_equations(kept_gradients, threads) -> None:
+    """The last block's form: the sum at the kept positions (5 on, of 17), the normed
+    output at every position and again at the kept ones; every input's gradient, with
+    gradients flowing into all three outputs or into two (the kept normed rows', or the
+    kept sum's, left out: None reaches the kernel)."""
+    gen = torch.Generator().manual_seed(6)
+    shape, keep_from = (3, 17, 96), 5
+    leaves = {
+        "x": torch.randn(shape, generator=gen) * 2 + 0.5,
+        "delta": torch.randn(shape, generator=gen),
+        "delta_bias": torch.randn(96, generator=gen),
+        "weight": torch.randn(96, generator=gen),
+        "bias": torch.randn(96, generator=gen),
+    }
+    ours = {k: v.clone().requires_grad_() for k, v in leaves.items()}
+    exact = {k: v.double().requires_grad_() for k, v in leaves.items()}
+    kept_shape = (3, 17 - keep_from, 96)
+    d_kept_total, d_kept_normed = (torch.randn(kept_shape, generator=gen) for _ in range(2))
+    d_normed = torch.randn(shape, generator=gen)
+
+    def loss(kept_total, normed, kept_normed):
+        terms = [(normed * d_normed.to(normed.dtype)).sum()]
+        for wanted, output, weight in zip(kept_gradients, (kept_total, kept_normed),
+                                          (d_kept_total, d_kept_normed), strict=True):  # fmt: skip
+            if wanted:
+                terms.append((output * weight.to(output.dtype)).sum())
+        return sum(terms)
+
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(threads)
+        outputs = kept_add_layer_norm(*ours.values(), 1e-6, keep_from)[:3]
+        loss(*outputs).backward()
+    finally:
+        torch.set_num_threads(before)
+    total_exact, normed_exact = add_norm_float64(*exact.values(), 1e-6)
+    expected = (total_exact[:, keep_from:], normed_exact, normed_exact[:, keep_from:])
+    loss(*expected).backward()
+    for output, exact_output in zip(outputs, expected, strict=True):
+        torch.testing.assert_close(output.double(), exact_output.detach(), **TOLERANCE)
     for name, leaf in ours.items():
         torch.testing.assert_close(leaf.grad.double(), exact[name].grad, **TOLERANCE, msg=name)
 

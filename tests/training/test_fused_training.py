@@ -87,15 +87,17 @@ def test_a_compiled_fused_run_trains_as_the_eager_run(
     # each kernel ran in every layer's step, forward and backward: the attention core,
     # the GELU (with fc_in's bias on the stream's path), and on the stream's path the
     # residual add and layer norm before each sublayer and the readout, the first the
-    # embedding's (fuzzy logic's inputs have 5 columns)
+    # embedding's (fuzzy logic's inputs have 5 columns), the last block's first giving out
+    # the loss's position apart (its backward pass the kept rows')
     layers = len(both.model.blocks)
     gelu = "bias_gelu_tanh" if stream else "gelu_tanh"
-    norms, embedded = (2 * layers, 1) if stream else (0, 0)
+    norms, once = (2 * layers, 1) if stream else (0, 0)
     for name, count in [("core", layers), (f"{gelu}_forward", layers),
                         (f"{gelu}_backward", layers), ("add_layer_norm_forward", norms),
-                        ("add_layer_norm_backward", norms),
-                        ("embed_layer_norm_forward", embedded),
-                        ("embed_layer_norm_backward", embedded)]:  # fmt: skip
+                        ("add_layer_norm_backward", norms - once),
+                        ("add_layer_norm_backward_kept", once),
+                        ("embed_layer_norm_forward", once),
+                        ("embed_layer_norm_backward", once)]:  # fmt: skip
         assert calls.count(name) == 12 * count, name
     eager_losses = torch.stack([eager.train_step().detach() for _ in range(12)])
     torch.testing.assert_close(both_losses, eager_losses, rtol=1e-3, atol=1e-4)
@@ -132,6 +134,12 @@ def test_the_kernel_operators_are_registered_completely() -> None:
         inputs, embed, bias, weight, ln_bias, 1e-6
     )
     embedded_statistics = (embedded, embedded_mean, embedded_rstd, weight, d_total)
+    d_kept = torch.randn(6, 2, 5, generator=gen)  # the kept positions, 2 on
+    kv = torch.randn(2, 19, 3, 2 + 3, generator=gen, requires_grad=True)
+    queries = torch.randn(2, 19 - 4, 3, 2, generator=gen, requires_grad=True)
+    core_options = (2, "softmax", None, True, 4, 1e-6)
+    _, rows = attention_core.query_attention_core(queries, kv, None, None, *core_options)
+    dz = torch.randn(2, 19 - 4, 3, 3, generator=gen)
     for operator, args in [
         (gelu_tanh.gelu_tanh, (x,)),
         (gelu_tanh.gelu_tanh_backward, (x.detach(), dy)),
@@ -144,7 +152,15 @@ def test_the_kernel_operators_are_registered_completely() -> None:
         (layer_norm.embed_layer_norm, (inputs, embed, bias, weight, ln_bias, 1e-6)),
         (layer_norm.embed_layer_norm_backward, (inputs, *embedded_statistics, d_total)),
         (layer_norm.embed_layer_norm_backward, (inputs, *embedded_statistics, None)),
-    ]:
+        (layer_norm.kept_add_layer_norm, (stream, delta, bias, weight, ln_bias, 1e-6, 2)),
+        (layer_norm.kept_add_layer_norm_backward,
+         (total, mean, rstd, weight, d_total, d_kept, d_kept, 2)),
+        (layer_norm.kept_add_layer_norm_backward,
+         (total, mean, rstd, weight, d_total, None, None, 2)),
+        (attention_core.query_attention_core, (queries, kv, None, None, *core_options)),
+        (attention_core.query_attention_core_backward,
+         (queries.detach(), kv.detach(), None, None, rows.detach(), dz, *core_options)),
+    ]:  # fmt: skip
         results = torch.library.opcheck(operator, args)
         assert set(results) >= {"test_schema", "test_autograd_registration", "test_faketensor"}
         assert all(outcome == "SUCCESS" for outcome in results.values()), results
