@@ -116,6 +116,7 @@ class Attention(nn.Module):
         kv: torch.Tensor | None = None,
         key_mask: torch.Tensor | None = None,
         query_start: int = 0,
+        unbiased: bool = False,
     ) -> torch.Tensor:
         """Attend from ``x`` to ``kv`` (``x`` itself when ``None``).
 
@@ -129,6 +130,8 @@ class Attention(nn.Module):
                 queries are then ``x[:, query_start:]``, answered by every position of
                 ``x``: ``attn(stream, query_start=s)`` equals ``attn(stream)[:, s:]``, and
                 so does ``attn(stream[:, s:], kv=stream, query_start=s)``.
+            unbiased: leave out the output bias ``b_O`` (a fused residual stream adds it
+                in its layer norm's pass, and sums its gradient there).
 
         Returns:
             ``[batch, query_pos, d_model]`` (``query_pos - query_start`` positions in
@@ -148,7 +151,7 @@ class Attention(nn.Module):
                     f"positions; it must lie in [0, {x.shape[1] - 1}]"
                 )
             if key_mask is None and self._fused_core_applies(x, packed=True):
-                return self._output(self._fused_self_attention(x, query_start))
+                return self._output(self._fused_self_attention(x, query_start), unbiased)
             q, k, v = self._project(x, x, query_start)
         else:
             check_input("kv", kv, (x.shape[0], None, cfg.kv_width), "[batch, key_pos, d_kv]")
@@ -159,14 +162,14 @@ class Attention(nn.Module):
                     f"[0, {kv.shape[1] - x.shape[1]}]"
                 )
             if key_mask is None and self._fused_core_applies(x, packed=True):
-                return self._output(self._fused_query_attention(x, kv, query_start))
+                return self._output(self._fused_query_attention(x, kv, query_start), unbiased)
             q, k, v = self._project(x, kv)
         batch, q_len, k_len = q.shape[0], q.shape[1], k.shape[1]
         q, k, v = self.hook_q(q), self.hook_k(k), self.hook_v(v)
         if key_mask is None and self._fused_core_applies(q):
             bias, drop = self._fused_core_extras(q_len, k_len, x, query_start)
             z = fused_attention_core(q, k, v, bias, drop, **self._fused_core_options(query_start))
-            return self._output(z)
+            return self._output(z, unbiased)
 
         # Scaling q ([.., d_head] per head) costs less than scaling the [.., key] scores.
         scores = torch.einsum("bqhd,bkhd->bhqk", q * cfg.d_head**-0.5, k)
@@ -189,13 +192,14 @@ class Attention(nn.Module):
             mixed = self.hook_vnet_pre(torch.einsum("bhqk,bkhd->bqkd", pattern, v))
             mixed = self.hook_vnet_post(self.activation(mixed))
             z = torch.einsum("bhqk,bqkd->bqhd", pattern, mixed)
-        return self._output(z)
+        return self._output(z, unbiased)
 
-    def _output(self, z: torch.Tensor) -> torch.Tensor:
+    def _output(self, z: torch.Tensor, unbiased: bool = False) -> torch.Tensor:
         """``W^O concat_h z + b^O`` ``[batch, query_pos, d_model]`` of z ``[batch,
-        query_pos, head, d_head_v]`` (through ``hook_z``)."""
-        z = self.hook_z(z)
-        return torch.einsum("bqhd,hdm->bqm", z, self.W_O) + self.b_O
+        query_pos, head, d_head_v]`` (through ``hook_z``); without ``b^O`` if
+        ``unbiased``."""
+        out = torch.einsum("bqhd,hdm->bqm", self.hook_z(z), self.W_O)
+        return out if unbiased else out + self.b_O
 
     def _dropout_factors(
         self, q_len: int, k_len: int, device: torch.device, dtype: torch.dtype

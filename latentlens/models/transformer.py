@@ -205,11 +205,12 @@ class DecoderTransformer(HookedModel):
         self, inputs: torch.Tensor, key_mask: torch.Tensor | None, last_positions: int | None
     ) -> torch.Tensor:
         """:meth:`forward` with each residual add and the layer norm after it one fused
-        pass (:mod:`latentlens.kernels.layer_norm`), the embedding's and ``fc_out``'s
-        biases added there, and ``fc_in``'s in the GELU's pass: the same function to
-        float32 rounding, with fewer passes over the stream. A linear embedding of at
-        most :data:`~latentlens.kernels.layer_norm.EMBEDDED_UP_TO` input columns is
-        computed in the first layer norm's pass (not for inputs that need a gradient)."""
+        pass (:mod:`latentlens.kernels.layer_norm`), the embedding's, the attention's and
+        ``fc_out``'s biases added there, and ``fc_in``'s in the GELU's pass: the same
+        function to float32 rounding, with fewer passes over the stream. A linear
+        embedding of at most :data:`~latentlens.kernels.layer_norm.EMBEDDED_UP_TO` input
+        columns is computed in the first layer norm's pass (not for inputs that need a
+        gradient), and the last block projects its queries at the kept positions alone."""
         embedded = (
             isinstance(self.embed, nn.Linear)
             and not self.cfg.absolute_position
@@ -240,8 +241,9 @@ class DecoderTransformer(HookedModel):
                 resid, normed = fused_add_layer_norm(*stream, block.ln1)
                 queries = normed
             kv = normed if keep_from else None
-            attn_out = block.attn(queries, kv=kv, key_mask=key_mask, query_start=keep_from)
-            resid, normed = fused_add_layer_norm(resid, attn_out, None, block.ln2)
+            attn_out = block.attn(queries, kv=kv, key_mask=key_mask, query_start=keep_from,
+                                  unbiased=True)  # fmt: skip
+            resid, normed = fused_add_layer_norm(resid, attn_out, block.attn.b_O, block.ln2)
             stream = (resid, block.mlp.unbiased(normed), block.mlp.fc_out.bias)
         return self.unembed(fused_add_layer_norm(*stream, self.ln_final)[1])
 

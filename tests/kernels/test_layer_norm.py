@@ -301,3 +301,22 @@ def test_the_fused_stream_runs_the_kernels_and_a_hook_takes_pytorchs_path(monkey
     torch.testing.assert_close(hooked, plain(inputs), **TOLERANCE)
     fused.fused = False
     assert torch.equal(fused(inputs), hooked)
+
+
+def test_a_hook_inside_the_attention_keeps_the_fused_stream() -> None:
+    """A hook on an attention's pattern takes that attention's PyTorch path inside the
+    fused stream, which still adds the attention's output bias in its layer norm's pass:
+    the output is the plain model's."""
+    plain, fused = model_pair(n_layers=2)
+    inputs = model_inputs(plain)
+    seen = []
+    fused.blocks[1].attn.hook_pattern.add_hook(lambda tensor, hook: seen.append(tensor.shape))
+    with torch.no_grad():
+        plain.blocks[1].attn.b_O.normal_()
+        fused.blocks[1].attn.b_O.copy_(plain.blocks[1].attn.b_O)
+    try:
+        hooked = fused(inputs, last_positions=2)
+    finally:
+        fused.reset_hooks()
+    assert seen == [torch.Size([4, 4, 2, 10])]
+    torch.testing.assert_close(hooked, plain(inputs, last_positions=2), **TOLERANCE)
