@@ -3,7 +3,8 @@
 :func:`use_fused_kernels` switches a model's attention layers to the fused attention core
 (:mod:`latentlens.kernels.attention_core`) wherever it applies, its MLPs' tanh GELU to
 :mod:`latentlens.kernels.gelu_tanh`, and a transformer's residual adds and layer norms to
-:mod:`latentlens.kernels.layer_norm`: training's ``--fused``.
+:mod:`latentlens.kernels.layer_norm`: training's ``--fused``, whose AdamW steps are one
+call of :mod:`latentlens.kernels.adamw`.
 """
 
 from __future__ import annotations

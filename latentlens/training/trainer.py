@@ -26,6 +26,7 @@ from latentlens import __version__
 from latentlens.allocator import keep_freed_memory
 from latentlens.devices import resolve_device
 from latentlens.kernels import use_fused_kernels
+from latentlens.kernels.adamw import FusedAdamWStep
 from latentlens.models import (
     MODEL_KINDS,
     HookedModel,
@@ -280,8 +281,11 @@ class Trainer:
         )
         if self.train_cfg.precision == "bf16" and self.device.type == "cpu":
             warn_if_bf16_is_emulated()
+        # AdamW's step: one kernel call for every tensor under --fused
+        self.optimizer_step = self.optimizer.step
         if fused:
             use_fused_kernels_on_cpu(self.model, self.device)
+            self.optimizer_step = FusedAdamWStep(self.optimizer)
         # Hooks added after compilation are ignored: compile only the hook-free train path
         # (the objective wraps the model; the model itself stays eager for analyses).
         objective: torch.nn.Module = TrainingObjective(self.model, self.task)
@@ -560,7 +564,7 @@ class Trainer:
         loss.backward()
         if self.train_cfg.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.train_cfg.grad_clip)
-        self.optimizer.step()
+        self.optimizer_step()
         return loss.detach()
 
     def train(self) -> list[dict[str, Any]]:

@@ -220,3 +220,24 @@ def test_train_fused_from_the_command_line(tmp_path: Path, capsys) -> None:
     assert main([*flags, "--seeds", "0", "1", "--run-dir", str(tmp_path / "group")]) == 2
     err = capsys.readouterr().err
     assert "drop --seeds" in err and "Traceback" not in err
+
+
+def test_a_resumed_fused_run_continues_as_an_uninterrupted_one(tmp_path: Path) -> None:
+    """``--fused``'s AdamW step (one kernel call) works on the optimizer's own state: a
+    fused run checkpointed at step 10 and resumed ends with the weights of one trained
+    straight through, bit for bit."""
+    config = tiny_config(steps=20)
+    whole = Trainer.create(tmp_path / "whole", config, device="cpu", quiet=True, fused=True)
+    whole.train()
+    part = Trainer.create(tmp_path / "part", config, device="cpu", quiet=True, fused=True)
+    part.evaluate_initialisation()
+    for _ in range(10):
+        part.train_step()
+    part.checkpoint(evaluate=True)
+    part.close()
+    resumed = Trainer.resume(tmp_path / "part", device="cpu", quiet=True, fused=True)
+    assert resumed.step == 10
+    resumed.train()
+    weights = resumed.model.state_dict()
+    for name, weight in whole.model.state_dict().items():
+        assert torch.equal(weights[name], weight), name
