@@ -237,7 +237,11 @@ def test_a_resumed_fused_run_continues_as_an_uninterrupted_one(tmp_path: Path) -
     part.close()
     resumed = Trainer.resume(tmp_path / "part", device="cpu", quiet=True, fused=True)
     assert resumed.step == 10
+    pytorch_steps = []
+    step = resumed.optimizer.step
+    resumed.optimizer.step = lambda: pytorch_steps.append(1) or step()
     resumed.train()
+    assert pytorch_steps == []  # every step the kernel's, on the state the checkpoint held
     weights = resumed.model.state_dict()
     for name, weight in whole.model.state_dict().items():
         assert torch.equal(weights[name], weight), name
