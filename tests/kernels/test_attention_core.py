@@ -125,6 +125,51 @@ def test_a_fused_layer_trains_as_the_pytorch_layer(normalization, activation) ->
             assert_close_to_largest(fused_grads[name], grad, name)
 
 
+@pytest.mark.parametrize(("normalization", "activation"), CASES)
+@pytest.mark.parametrize("cross", [False, True])
+def test_a_fused_layer_with_queries_apart_trains_as_the_pytorch_layer(
+    normalization, activation, cross
+) -> None:
+    """``attn(queries, kv=stream, query_start)`` on the kernel (q projected from the
+    queries alone, k and v read in place in their joint projection): a transformer's last
+    block (the queries its stream's last positions, relative positions, dropout) and
+    cross-attention (another stream's keys and values); the output without its bias
+    (``unbiased``) is the output less b_O."""
+    value_network = "linear" if activation is None else "mlp"
+    cfg = AttentionConfig(d_model=32, n_heads=8, qk_dim=16, v_dim=16,
+                          normalization=normalization, value_network=value_network,
+                          activation=activation, relative_position=not cross,
+                          num_buckets=16, max_distance=16, dropout=0.1,
+                          d_kv_input=24 if cross else None)  # fmt: skip
+    torch.manual_seed(0)
+    layer = Attention(cfg).train()
+    torch.nn.init.normal_(layer.b_O)
+    stream = torch.randn(5, 12, 24 if cross else 32, requires_grad=True)
+    queries = torch.randn(5, 3, 32) if cross else stream[:, 9:].detach()
+    queries.requires_grad_()
+    query_start = 0 if cross else 9
+    runs = []
+    for fused in (False, True):
+        layer.fused = fused
+        layer.zero_grad()
+        stream.grad = queries.grad = None
+        torch.manual_seed(1)
+        out = layer(queries, kv=stream, query_start=query_start)
+        out.backward(torch.linspace(-1, 1, out.numel()).view_as(out))
+        grads = {name: p.grad.clone() for name, p in layer.named_parameters()}
+        runs.append((out.detach(), queries.grad.clone(), stream.grad.clone(), grads))
+        torch.manual_seed(1)
+        unbiased = layer(queries, kv=stream, query_start=query_start, unbiased=True)
+        torch.testing.assert_close(unbiased + layer.b_O, out, rtol=1e-6, atol=1e-6)
+    names = ("out", "queries.grad", "stream.grad")
+    for name, ours, theirs in zip(names, runs[1][:3], runs[0][:3], strict=True):
+        assert_close_to_largest(ours, theirs, name)
+    for name, grad in runs[0][3].items():
+        if normalization == "softmax" and name == "b_K":
+            continue  # 0 up to rounding: see test_a_fused_layer_trains_as_the_pytorch_layer
+        assert_close_to_largest(runs[1][3][name], grad, name)
+
+
 def assert_close_to_largest(ours: torch.Tensor, theirs: torch.Tensor, name: str) -> None:
     """Within 1e-5 of the largest entry's magnitude. The rms normalisation divides by the
     scores' RMS across heads, which can be small: both float32 paths then sit ~5e-7 of
