@@ -262,6 +262,15 @@ def _gradients(ctx, d_total, d_normed, backward) -> tuple:
     return dx, delta_grad, delta_bias_grad, dweight, dbias, None
 
 
+def on_kernels(operator, function: type[torch.autograd.Function], args: tuple, outputs: int):
+    """The first ``outputs`` results of a kernel: ``operator`` (its PyTorch operator) inside
+    torch.compile, ``function`` (its autograd function, which costs less a call) in eager
+    mode."""
+    if torch.compiler.is_compiling():
+        return operator(*args)[:outputs]
+    return function.apply(*args)
+
+
 def fused_add_layer_norm(
     x: torch.Tensor,
     delta: torch.Tensor | None,
@@ -272,9 +281,7 @@ def fused_add_layer_norm(
     ``delta`` as ``x`` or None, ``delta_bias`` ``[d]`` or None) on the kernels: an
     autograd function in eager mode, the operator inside torch.compile."""
     args = (x, delta, delta_bias, norm.weight, norm.bias, norm.eps)
-    if torch.compiler.is_compiling():
-        return add_layer_norm(*args)[:2]
-    return AddLayerNorm.apply(*args)
+    return on_kernels(add_layer_norm, AddLayerNorm, args, 2)
 
 
 add_layer_norm = torch.library.custom_op(
@@ -352,9 +359,7 @@ def fused_embed_layer_norm(
     need no gradient) on the kernels: an autograd function in eager mode, the operator
     inside torch.compile."""
     args = (inputs, embed.weight, embed.bias, norm.weight, norm.bias, norm.eps)
-    if torch.compiler.is_compiling():
-        return embed_layer_norm(*args)[:2]
-    return EmbedLayerNorm.apply(*args)
+    return on_kernels(embed_layer_norm, EmbedLayerNorm, args, 2)
 
 
 embed_layer_norm = torch.library.custom_op(
@@ -438,9 +443,7 @@ def fused_kept_add_layer_norm(
     kernels: a transformer's last block, whose queries and residual are its last
     positions, while its keys and values read every position."""
     args = (x, delta, delta_bias, norm.weight, norm.bias, norm.eps, keep_from)
-    if torch.compiler.is_compiling():
-        return kept_add_layer_norm(*args)[:3]
-    return KeptAddLayerNorm.apply(*args)
+    return on_kernels(kept_add_layer_norm, KeptAddLayerNorm, args, 3)
 
 
 kept_add_layer_norm = torch.library.custom_op(
