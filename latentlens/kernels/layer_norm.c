@@ -154,44 +154,20 @@ static inline float thread_sum(int threads, size_t stride, const float *partial,
     return total;
 }
 
-void add_layer_norm_backward(int threads, size_t n, size_t c, const float *restrict sum,
+void add_layer_norm_backward(int threads, size_t n, size_t c, size_t positions,
+                             size_t keep_from, const float *restrict sum,
                              const float *restrict mean, const float *restrict rstd,
                              const float *restrict weight, const float *restrict dy,
-                             const float *restrict dsum, float *restrict dx,
-                             float *restrict dweight, float *restrict dbias,
-                             float *restrict ddelta_bias, float *restrict partial) {
-    /* partial: threads x 3 x c zeros, each thread's sums of dweight, dbias, ddelta_bias */
-    if ((size_t)threads > n) threads = n ? (int)n : 1;
-#pragma omp parallel num_threads(threads)
-    {
-        const int part = omp_get_thread_num(), parts = omp_get_num_threads();
-        size_t begin, end;
-        rows_of(n, part, parts, &begin, &end);
-        float *pw = partial + (size_t)part * 3 * c, *pb = pw + c, *pd = pb + c;
-        for (size_t row = begin; row < end; row++)
-            row_backward(c, sum + row * c, mean[row], rstd[row], weight, dy + row * c,
-                         dsum ? dsum + row * c : NULL, pw, pb, pd, dx + row * c);
-    }
-    for (size_t j = 0; j < c; j++) {
-        dweight[j] = thread_sum(threads, 3 * c, partial, j);
-        dbias[j] = thread_sum(threads, 3 * c, partial, c + j);
-        if (ddelta_bias) ddelta_bias[j] = thread_sum(threads, 3 * c, partial, 2 * c + j);
-    }
-}
-
-void add_layer_norm_backward_kept(int threads, size_t n, size_t c, size_t positions,
-                                  size_t keep_from, const float *restrict sum,
-                                  const float *restrict mean, const float *restrict rstd,
-                                  const float *restrict weight, const float *restrict dy,
-                                  const float *restrict dy_kept,
-                                  const float *restrict dsum_kept, float *restrict dx,
-                                  float *restrict dweight, float *restrict dbias,
-                                  float *restrict ddelta_bias, float *restrict partial) {
-    /* add_layer_norm_backward where the rows are (batch element, position) pairs of
-       `positions` positions and the sum and a copy of the normed output were also given
-       out at the kept positions, keep_from on (dy_kept and dsum_kept: their gradients,
-       [batch, positions - keep_from, c], each may be absent). partial: threads x 4 x c
-       zeros, each thread's sums and a row's dy. */
+                             const float *restrict dy_kept, const float *restrict dsum_kept,
+                             float *restrict dx, float *restrict dweight,
+                             float *restrict dbias, float *restrict ddelta_bias,
+                             float *restrict partial) {
+    /* The rows are (batch element, position) pairs of `positions` positions; the sum and
+       a copy of the normed output were also given out at the kept positions, keep_from on
+       (dy_kept and dsum_kept: their gradients, [batch, positions - keep_from, c], each may
+       be absent). The plain add and norm is the case positions = n, keep_from = 0: every
+       row kept, dsum_kept the sum's whole gradient. partial: threads x 4 x c zeros, each
+       thread's sums of dweight, dbias, ddelta_bias and a row's dy. */
     if ((size_t)threads > n) threads = n ? (int)n : 1;
     const size_t kept = positions - keep_from;
 #pragma omp parallel num_threads(threads)

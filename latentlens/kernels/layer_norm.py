@@ -46,10 +46,7 @@ def library() -> ctypes.CDLL:
     lib.add_layer_norm_forward.argtypes = (
         [ctypes.c_int, size, size] + [pointer] * 5 + [ctypes.c_float] + [pointer] * 4
     )
-    lib.add_layer_norm_backward.argtypes = [ctypes.c_int, size, size] + [pointer] * 11
-    lib.add_layer_norm_backward_kept.argtypes = [ctypes.c_int, size, size, size, size] + [
-        pointer
-    ] * 12
+    lib.add_layer_norm_backward.argtypes = [ctypes.c_int] + [size] * 4 + [pointer] * 12
     lib.embed_layer_norm_forward.argtypes = (
         [ctypes.c_int, size, size, size] + [pointer] * 5 + [ctypes.c_float] + [pointer] * 4
     )
@@ -96,19 +93,38 @@ def backward_values(
     """``(dx, dweight, dbias, ddelta_bias)`` from the forward's sum, statistics and
     weight, the gradient of its normed output and (None: zero) of its sum; ``dx`` is
     also ``delta``'s gradient and ``ddelta_bias`` its column sums."""
+    rows = total.numel() // max(total.shape[-1], 1)
+    return norm_backward(total, mean, rstd, weight, d_normed, None, d_total, rows, 0)
+
+
+def norm_backward(
+    total: torch.Tensor,
+    mean: torch.Tensor,
+    rstd: torch.Tensor,
+    weight: torch.Tensor,
+    d_normed: torch.Tensor,
+    d_kept_normed: torch.Tensor | None,
+    d_kept_total: torch.Tensor | None,
+    positions: int,
+    keep_from: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The backward kernel's ``(dx, dweight, dbias, ddelta_bias)``, its rows (batch
+    element, position) pairs of ``positions`` positions, those from ``keep_from`` on
+    given out apart (``d_kept_normed``, ``d_kept_total``: their gradients, None: zero)."""
     total, d_normed = total.contiguous(), d_normed.contiguous()
     mean, rstd, weight = mean.contiguous(), rstd.contiguous(), weight.contiguous()
-    d_total = None if d_total is None else d_total.contiguous()
+    d_kept_normed = None if d_kept_normed is None else d_kept_normed.contiguous()
+    d_kept_total = None if d_kept_total is None else d_kept_total.contiguous()
     columns = total.shape[-1]
     rows = total.numel() // max(columns, 1)
     dx = torch.empty_like(total)
     dweight, dbias, ddelta_bias = (total.new_empty(columns) for _ in range(3))
     count = threads()
-    partial = total.new_zeros(count, 3, columns)  # each thread's column sums
+    partial = total.new_zeros(count, 4, columns)  # each thread's column sums and a row
     library().add_layer_norm_backward(
-        count, rows, columns, total.data_ptr(), mean.data_ptr(), rstd.data_ptr(),
-        weight.data_ptr(), d_normed.data_ptr(),
-        address(d_total), dx.data_ptr(), dweight.data_ptr(), dbias.data_ptr(),
+        count, rows, columns, positions, keep_from, total.data_ptr(), mean.data_ptr(),
+        rstd.data_ptr(), weight.data_ptr(), d_normed.data_ptr(), address(d_kept_normed),
+        address(d_kept_total), dx.data_ptr(), dweight.data_ptr(), dbias.data_ptr(),
         ddelta_bias.data_ptr(), partial.data_ptr(),
     )  # fmt: skip
     return dx, dweight, dbias, ddelta_bias
@@ -146,23 +162,8 @@ def kept_backward_values(
     output and those (None: zero) of the kept rows' normed output and sum. A kept row's
     gradients join its row's in the kernel's pass, where autograd would have padded them
     with zeros to every position and added them."""
-    total, d_normed = total.contiguous(), d_normed.contiguous()
-    mean, rstd, weight = mean.contiguous(), rstd.contiguous(), weight.contiguous()
-    d_kept_normed = None if d_kept_normed is None else d_kept_normed.contiguous()
-    d_kept_total = None if d_kept_total is None else d_kept_total.contiguous()
-    columns, positions = total.shape[-1], total.shape[1]
-    rows = total.numel() // max(columns, 1)
-    dx = torch.empty_like(total)
-    dweight, dbias, ddelta_bias = (total.new_empty(columns) for _ in range(3))
-    count = threads()
-    partial = total.new_zeros(count, 4, columns)  # each thread's column sums and a row
-    library().add_layer_norm_backward_kept(
-        count, rows, columns, positions, keep_from, total.data_ptr(), mean.data_ptr(),
-        rstd.data_ptr(), weight.data_ptr(), d_normed.data_ptr(), address(d_kept_normed),
-        address(d_kept_total), dx.data_ptr(), dweight.data_ptr(), dbias.data_ptr(),
-        ddelta_bias.data_ptr(), partial.data_ptr(),
-    )  # fmt: skip
-    return dx, dweight, dbias, ddelta_bias
+    return norm_backward(total, mean, rstd, weight, d_normed, d_kept_normed, d_kept_total,
+                         total.shape[1], keep_from)  # fmt: skip
 
 
 def embed_forward_values(
