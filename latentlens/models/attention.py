@@ -247,7 +247,7 @@ class Attention(nn.Module):
         """The fused core's z ``[batch, query_pos, head, d_head_v]`` of queries ``x``
         attending to ``kv``: q projected at the queries alone, k and v read in place in
         their joint projection."""
-        q = torch.einsum("bpm,hmd->bphd", x, self.W_Q) + self.b_Q
+        q = self._queries(x)
         packed = self._joint_projection(kv, [self.W_K, self.W_V], [self.b_K, self.b_V])
         bias, drop = self._fused_core_extras(x.shape[1], kv.shape[1], x, query_start)
         options = self._fused_core_options(query_start)
@@ -289,8 +289,12 @@ class Attention(nn.Module):
             q, k, v = parts[0][:, query_start:], parts[1], parts[2]
             return q.contiguous(), k.contiguous(), v.contiguous()
         parts = [t.contiguous() for t in parts]
-        q = torch.einsum("bpm,hmd->bphd", x, self.W_Q) + self.b_Q
-        return q, parts[0], parts[1]
+        return self._queries(x), parts[0], parts[1]
+
+    def _queries(self, x: torch.Tensor) -> torch.Tensor:
+        """q ``[batch, query_pos, head, d_head]`` of the queries' stream ``x`` alone (where
+        the keys and values come from another stream)."""
+        return torch.einsum("bpm,hmd->bphd", x, self.W_Q) + self.b_Q
 
     @staticmethod
     def _joint_projection(
