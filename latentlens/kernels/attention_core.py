@@ -37,6 +37,8 @@ LANES = 16  # attention_core.c's block of keys
 STRIDES = ("q_batch", "q_pos", "q_head", "k_batch", "k_pos", "k_head", "v_batch", "v_pos",
            "v_head")  # fmt: skip
 DZ_STRIDES = ("dz_batch", "dz_pos", "dz_head", "dz_elem")  # set by core_backward
+# the operators' trailing arguments, in order (core_spec's options)
+OPTIONS = ("normalization", "activation", "causal", "query_start", "eps")
 
 
 class Spec(ctypes.Structure):
@@ -190,8 +192,7 @@ def packed_core(packed: torch.Tensor, d_q: int, d_k: int, *options):
     """``packed`` contiguous, its q, k and v views and the kernel's :class:`Spec` of them
     (``options``: normalization, activation, causal, query_start, eps)."""
     packed = packed.contiguous()
-    names = ("normalization", "activation", "causal", "query_start", "eps")
-    named = dict(zip(names, options, strict=True))
+    named = dict(zip(OPTIONS, options, strict=True))
     q, k, v = unpack(packed, (d_q, d_k), named["query_start"])
     return packed, (q, k, v), core_spec(q, k, v, **named)
 
@@ -283,9 +284,8 @@ def query_core(q: torch.Tensor, kv: torch.Tensor, d_k: int, *options):
     """q and ``kv`` contiguous, k and v (views of kv) and the kernel's :class:`Spec` of
     them (``options``: normalization, activation, causal, query_start, eps)."""
     q, kv = q.contiguous(), kv.contiguous()
-    names = ("normalization", "activation", "causal", "query_start", "eps")
     k, v = kv[..., :d_k], kv[..., d_k:]
-    return q, kv, (k, v), core_spec(q, k, v, **dict(zip(names, options, strict=True)))
+    return q, kv, (k, v), core_spec(q, k, v, **dict(zip(OPTIONS, options, strict=True)))
 
 
 @torch.library.custom_op("latentlens::query_attention_core", mutates_args=())
