@@ -10,24 +10,37 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
+import matplotlib
 import plotly.graph_objects as go
 from matplotlib.figure import Figure
+from matplotlib.transforms import Bbox
 
 MATPLOTLIB_FORMATS = ("png", "svg", "pdf", "html")
 
 
-def figure_svg(figure: Figure) -> str:
-    """The figure as an SVG document string."""
+def figure_svg(figure: Figure, bbox_inches: Bbox | str = "tight") -> str:
+    """The figure as an SVG document string (cut to ``bbox_inches``: its tight box by
+    default)."""
     buffer = io.StringIO()
-    figure.savefig(buffer, format="svg", bbox_inches="tight")
+    figure.savefig(buffer, format="svg", bbox_inches=bbox_inches)
     return buffer.getvalue()
+
+
+def tight_box(figure: Figure) -> Bbox:
+    """The box ``savefig(bbox_inches="tight")`` cuts ``figure`` to, padded as it pads, in
+    inches, from one draw (which also runs the figure's layout engine)."""
+    figure.draw_without_rendering()
+    return figure.get_tightbbox().padded(matplotlib.rcParams["savefig.pad_inches"])
 
 
 def save_figure(
     figure: Figure, stem: str | Path, formats: Sequence[str] = ("png", "svg"), dpi: int = 150
 ) -> list[Path]:
     """Write ``figure`` as ``stem.png``, ``stem.svg``, ...; returns the paths written.
-    ``html`` is a page holding the SVG, titled by the file name."""
+    ``html`` is a page holding the SVG, titled by the file name. Every file is cut to the
+    box ``savefig(bbox_inches="tight")`` gives, computed once with the layout
+    (``bbox_inches="tight"`` drew the figure twice per file and ran its constrained layout
+    each time), and the SVG is drawn once for ``svg`` and ``html``."""
     unknown = sorted(set(formats) - set(MATPLOTLIB_FORMATS))
     if unknown:
         raise ValueError(
@@ -36,20 +49,31 @@ def save_figure(
         )
     stem = Path(stem)
     stem.parent.mkdir(parents=True, exist_ok=True)
+    box = tight_box(figure)
+    engine = figure.get_layout_engine()
+    if engine is not None:
+        figure.set_layout_engine("none")  # the positions just computed, for every file
+    svg = None
     paths = []
-    for fmt in formats:
-        path = stem.with_name(f"{stem.name}.{fmt}")
-        if fmt == "html":
-            svg = figure_svg(figure)
-            svg = svg[svg.index("<svg") :]
-            title = html.escape(stem.name)
-            path.write_text(
-                f"<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>{title}</title>"
-                f"</head><body>\n{svg}\n</body></html>\n"
-            )
-        else:
-            figure.savefig(path, dpi=dpi, bbox_inches="tight")
-        paths.append(path)
+    try:
+        for fmt in formats:
+            path = stem.with_name(f"{stem.name}.{fmt}")
+            if fmt in ("svg", "html"):
+                svg = svg if svg is not None else figure_svg(figure, box)
+            if fmt == "html":
+                title = html.escape(stem.name)
+                path.write_text(
+                    f"<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>{title}"
+                    f"</title></head><body>\n{svg[svg.index('<svg') :]}\n</body></html>\n"
+                )
+            elif fmt == "svg":
+                path.write_text(svg)
+            else:
+                figure.savefig(path, dpi=dpi, bbox_inches=box)
+            paths.append(path)
+    finally:
+        if engine is not None:
+            figure.set_layout_engine(engine)
     return paths
 
 

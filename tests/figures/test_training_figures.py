@@ -57,6 +57,29 @@ def test_metric_curves_plot_each_split_and_run(tmp_path: Path) -> None:
     assert all(p.is_file() and p.stat().st_size > 1000 for p in paths)
 
 
+def test_save_figure_cuts_every_file_as_savefig_tight_does_from_one_layout(
+    tmp_path: Path,
+) -> None:
+    from matplotlib.figure import Figure  # noqa: PLC0415
+    from PIL import Image  # noqa: PLC0415
+
+    figure = metric_curves({"a": write_run(tmp_path / "a", 0.0)}, metric="r2")
+    tight = tmp_path / "tight.png"
+    figure.savefig(tight, dpi=150, bbox_inches="tight")
+    png, svg, page = save_figure(figure, tmp_path / "curves", formats=("png", "svg", "html"))
+    # the same box: matplotlib's own tight cut and this one give images of one size
+    assert Image.open(png).size == Image.open(tight).size
+    # one SVG drawing serves the .svg and the page, and the figure keeps its layout engine
+    drawing = svg.read_text()
+    assert drawing[drawing.index("<svg") :] in page.read_text()
+    assert type(figure.get_layout_engine()).__name__ == "ConstrainedLayoutEngine"
+    # a figure without a layout engine is saved too, and left without one
+    plain = Figure()
+    plain.subplots().plot([0, 1])
+    assert save_figure(plain, tmp_path / "plain", formats=("png",))[0].is_file()
+    assert plain.get_layout_engine() is None
+
+
 def test_every_logged_metric_gets_curves_and_the_loss_a_log_scale(tmp_path: Path) -> None:
     run = write_run(tmp_path / "a", 0.0)
     assert logged_metrics(metric_records(run)) == ["r2", "loss"]
