@@ -407,23 +407,31 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def projection_lines(rows: list[dict[str, Any]], modes: list[str], cores_gflops: float) -> None:
-    """Table A1's 9 runs of 50,000 steps at the measured fuzzy-logic-a1 rates, and the
-    arithmetic alone at ``cores_gflops`` (every core multiplying at once): no mode can
-    beat that floor."""
+    """Table A1's 9 runs of 50,000 steps at the measured fuzzy-logic-a1 rates (each mode's
+    median over rounds, and the range of the projections of single rounds: the machine
+    drifts between them), and the arithmetic alone at ``cores_gflops`` (every core
+    multiplying at once): no mode can beat that floor."""
     a1 = [row for row in rows if row["task"] == "fuzzy-logic-a1"]
     if len(a1) != len(VARIANTS):
         return
     print(f"\nTable A1's fuzzy-logic runs ({A1_RUNS} of {A1_STEPS:,} steps, 3 per variant), one "
-          "after another at each mode's median rate (seeds: one group per variant):")  # fmt: skip
+          "after another at each mode's median rate (seeds: one group per variant), and "
+          "at each round's rates:")  # fmt: skip
     for mode in ["official", *modes]:
-        hours = sum(A1_RUNS // len(a1) * A1_STEPS / statistics.median(row["rates"][mode])
-                    for row in a1) / 3600  # fmt: skip
-        print(f"  {mode:<9}{hours:6.2f} h")
+        hours = a1_hours([statistics.median(row["rates"][mode]) for row in a1])
+        by_round = zip(*(row["rates"][mode] for row in a1), strict=True)
+        rounds = [a1_hours(list(rates)) for rates in by_round]
+        print(f"  {mode:<9}{hours:6.2f} h  (rounds {min(rounds):.2f}-{max(rounds):.2f} h)")
     gflop = sum(A1_RUNS // len(a1) * A1_STEPS * row["gflop"] for row in a1)
     print(
         f"  the arithmetic alone at the matmul rate of every core at once "
         f"({cores_gflops:.0f} GFLOP/s): {gflop / cores_gflops / 3600:.2f} h"
     )
+
+
+def a1_hours(rates: list[float]) -> float:
+    """Hours of Table A1's runs, an equal share at each variant's seed-steps/s ``rates``."""
+    return sum(A1_RUNS // len(rates) * A1_STEPS / rate for rate in rates) / 3600
 
 
 if __name__ == "__main__":

@@ -165,3 +165,21 @@ def test_the_bf16_effect_pairs_each_seed_and_sets_the_official_mean_beside() -> 
         "| n/a |"
     )
     assert "- bf16: 11.0 ± 1.4 over 2 runs" in lines
+
+
+def test_the_a1_projection_prints_the_median_and_each_rounds_hours(capsys) -> None:
+    """The hours are the sum over the three variants of 3 runs x 50,000 steps / rate: at
+    the median rate of the rounds, and at each single round's rates."""
+    side = load("cpu_side_by_side")
+    rates = {"official": [10.0, 20.0, 30.0], "cores": [100.0, 50.0, 150.0]}
+    rows = [{"task": "fuzzy-logic-a1", "variant": v, "gflop": 1.0, "rates": rates}
+            for v in side.VARIANTS]  # fmt: skip
+    side.projection_lines(rows, ["cores"], cores_gflops=100.0)
+    lines = capsys.readouterr().out.splitlines()
+    # median 20 steps/s for each variant: 3 x 150,000 / 20 s; rounds 10 and 30 steps/s
+    official = next(line for line in lines if line.strip().startswith("official"))
+    assert official.split() == ["official", "6.25", "h", "(rounds", "4.17-12.50", "h)"]
+    cores = next(line for line in lines if line.strip().startswith("cores"))
+    assert cores.split()[1] == "1.25" and "(rounds 0.83-2.50 h)" in cores
+    # 9 x 50,000 steps of 1 GFLOP at 100 GFLOP/s
+    assert lines[-1].endswith("(100 GFLOP/s): 1.25 h")
