@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import tempfile
 import warnings
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 
@@ -65,6 +66,16 @@ def cpu_identity() -> str:
 def threads() -> int:
     """The threads a kernel call runs on: PyTorch's intra-op count."""
     return torch.get_num_threads()
+
+
+def operators(name: str, forward: Callable, backward: Callable) -> tuple[Callable, Callable]:
+    """A kernel's forward and backward Python functions (typed: the schema is inferred
+    from their annotations) as the operators ``latentlens::{name}`` and
+    ``latentlens::{name}_backward``, which a compiled step calls."""
+    return (
+        torch.library.custom_op(f"latentlens::{name}", forward, mutates_args=()),
+        torch.library.custom_op(f"latentlens::{name}_backward", backward, mutates_args=()),
+    )
 
 
 @cache

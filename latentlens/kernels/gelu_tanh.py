@@ -14,7 +14,7 @@ from functools import cache
 
 import torch
 
-from latentlens.kernels.build import load, threads
+from latentlens.kernels.build import load, operators, threads
 
 
 @cache
@@ -67,10 +67,7 @@ class FusedGeluTanh(torch.autograd.Function):
 # The kernels as operators (``torch.ops.latentlens``), which a compiled step calls:
 # inductor's own tanh GELU (a SLEEF tanh, in the forward and again in the backward) made
 # a compiled Table A1 softmax step 1.08x slower than with these.
-gelu_tanh = torch.library.custom_op("latentlens::gelu_tanh", forward_values, mutates_args=())
-gelu_tanh_backward = torch.library.custom_op(
-    "latentlens::gelu_tanh_backward", backward_values, mutates_args=()
-)
+gelu_tanh, gelu_tanh_backward = operators("gelu_tanh", forward_values, backward_values)
 
 
 @gelu_tanh.register_fake
@@ -152,11 +149,8 @@ def fused_bias_gelu_tanh(h: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
     return FusedBiasGeluTanh.apply(h, bias)
 
 
-bias_gelu_tanh = torch.library.custom_op(
-    "latentlens::bias_gelu_tanh", bias_forward_values, mutates_args=()
-)
-bias_gelu_tanh_backward = torch.library.custom_op(
-    "latentlens::bias_gelu_tanh_backward", bias_backward_values, mutates_args=()
+bias_gelu_tanh, bias_gelu_tanh_backward = operators(
+    "bias_gelu_tanh", bias_forward_values, bias_backward_values
 )
 
 

@@ -21,7 +21,7 @@ from functools import cache
 import torch
 
 from latentlens.kernels.attention_core import address
-from latentlens.kernels.build import load, threads
+from latentlens.kernels.build import load, operators, threads
 
 # A compiled step takes the kernels for a stream of at least this many numbers (batch x
 # positions x d_model); below, inductor's own fused kernels cost less than the operators'
@@ -285,11 +285,8 @@ def fused_add_layer_norm(
     return on_kernels(add_layer_norm, AddLayerNorm, args, 2)
 
 
-add_layer_norm = torch.library.custom_op(
-    "latentlens::add_layer_norm", forward_values, mutates_args=()
-)
-add_layer_norm_backward = torch.library.custom_op(
-    "latentlens::add_layer_norm_backward", backward_values, mutates_args=()
+add_layer_norm, add_layer_norm_backward = operators(
+    "add_layer_norm", forward_values, backward_values
 )
 
 
@@ -363,11 +360,8 @@ def fused_embed_layer_norm(
     return on_kernels(embed_layer_norm, EmbedLayerNorm, args, 2)
 
 
-embed_layer_norm = torch.library.custom_op(
-    "latentlens::embed_layer_norm", embed_forward_values, mutates_args=()
-)
-embed_layer_norm_backward = torch.library.custom_op(
-    "latentlens::embed_layer_norm_backward", embed_backward_values, mutates_args=()
+embed_layer_norm, embed_layer_norm_backward = operators(
+    "embed_layer_norm", embed_forward_values, embed_backward_values
 )
 
 
@@ -447,11 +441,8 @@ def fused_kept_add_layer_norm(
     return on_kernels(kept_add_layer_norm, KeptAddLayerNorm, args, 3)
 
 
-kept_add_layer_norm = torch.library.custom_op(
-    "latentlens::kept_add_layer_norm", kept_forward_values, mutates_args=()
-)
-kept_add_layer_norm_backward = torch.library.custom_op(
-    "latentlens::kept_add_layer_norm_backward", kept_backward_values, mutates_args=()
+kept_add_layer_norm, kept_add_layer_norm_backward = operators(
+    "kept_add_layer_norm", kept_forward_values, kept_backward_values
 )
 
 
