@@ -13,13 +13,30 @@ at initialisation and again after a few eager AdamW steps (the failure shows onc
 weights have moved). The attentions include HYLA's ablations, so the part of HYLA that
 inductor miscompiles shows as the one whose removal makes the gradients agree.
 
+Round 4 (benchmarks/results/h200_2026-11-27) found the cause: inductor's comprehensive
+padding. ``inductor`` here compiles with inductor's defaults, padding on;
+``inductor:comprehensive_padding=False`` is what ``--compile`` runs
+(:func:`latentlens.training.objective.inductor_options`).
+
+``--variants`` compiles the objective several ways, to tell which stage departs: a
+backend alone (``aot_eager``: AOT autograd's traced graphs run eagerly;
+``aot_eager_decomp_partition``: with inductor's decompositions and partitioner too;
+``inductor``: Triton's kernels), or inductor with some of its settings changed
+(``inductor:split_reductions=False,triton.persistent_reductions=False``), or under
+``torch.use_deterministic_algorithms`` (``inductor:deterministic``: scatter-adds without
+atomics).
+
     python benchmarks/gpu_compile_hyla.py [--attentions hyla softmax ...] [--steps 5]
+        [--variants inductor aot_eager ...] [--device cuda]
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
+import contextlib
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -67,10 +84,38 @@ def compare(eager: torch.nn.Module, compiled: torch.nn.Module, draws: dict, labe
         print(f"    {name}: relative difference {rel:.2e} (gradient norm {scale:.2e})")
 
 
+@contextlib.contextmanager
+def compiled_as(variant: str) -> Iterator[str]:
+    """Inductor's settings and the determinism ``variant`` (``BACKEND[:KEY=VALUE,...]``)
+    names, in force inside the block; yields the backend's name."""
+    backend, _, settings = variant.partition(":")
+    patches, deterministic = {}, False
+    for setting in filter(None, settings.split(",")):
+        if setting == "deterministic":
+            deterministic = True
+            continue
+        key, _, value = setting.partition("=")
+        patches[key] = ast.literal_eval(value)
+    before = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(deterministic or before, warn_only=True)
+    try:
+        with torch._inductor.config.patch(patches):
+            yield backend
+    finally:
+        torch.use_deterministic_algorithms(before)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--attentions", nargs="+", default=ATTENTIONS)
     parser.add_argument("--steps", type=int, default=5, help="eager steps before the 2nd look")
+    parser.add_argument(
+        "--variants",
+        nargs="+",
+        default=["inductor"],
+        help="BACKEND[:KEY=VALUE,...|deterministic] per compilation",
+    )
+    parser.add_argument("--device", default="cuda")
     args = parser.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
@@ -82,7 +127,7 @@ def main() -> None:
             TrainConfig.for_task("sraven", steps=100, warmup_steps=2),
         )
         with tempfile.TemporaryDirectory() as folder:
-            trainer = Trainer.create(Path(folder) / "run", config, device="cuda", quiet=True)
+            trainer = Trainer.create(Path(folder) / "run", config, device=args.device, quiet=True)
             task = trainer.task
             draws = task.draw(trainer.train_cfg.batch_size, "train", trainer.data_generator)
             batch = task.assemble(draws, "train")
@@ -92,13 +137,19 @@ def main() -> None:
             )
             print(f"  compiled assembly gives the same batch: {same}")
             eager = TrainingObjective(trainer.model, task)
-            compiled = torch.compile(TrainingObjective(trainer.model, task), dynamic=False)
-            compare(eager, compiled, draws, "at initialisation")
-            for _ in range(args.steps):
-                trainer.train_step()
-            compare(eager, compiled, draws, f"after {args.steps} eager steps")
+            for variant in args.variants:
+                with compiled_as(variant) as backend:
+                    objective = TrainingObjective(trainer.model, task)
+                    compiled = torch.compile(objective, backend=backend, dynamic=False)
+                    compare(eager, compiled, draws, f"{variant}, at initialisation")
+                torch._dynamo.reset()
+            if args.steps:
+                for _ in range(args.steps):
+                    trainer.train_step()
+                compiled = torch.compile(TrainingObjective(trainer.model, task), dynamic=False)
+                compare(eager, compiled, draws, f"inductor, after {args.steps} eager steps")
+                torch._dynamo.reset()
             trainer.close()
-        torch._dynamo.reset()
 
 
 if __name__ == "__main__":

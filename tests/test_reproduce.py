@@ -298,22 +298,6 @@ def test_gpu_sections_trains_every_group_at_once_and_names_the_machine(
     assert "2 runs trained" not in text and ": 6 runs, " in text
 
 
-def test_only_checked_attentions_compile_on_cuda(reproduce) -> None:
-    """Inductor's CUDA kernels give HYLA wrong gradients: the sections compile only the
-    checked attentions on CUDA (every attention takes CUDA graphs there)."""
-    from reproduction.runs import compiles
-
-    def config(**model) -> dict:
-        return {"model": model, "task": {"name": "sraven"}}
-
-    assert compiles(config(attention="softmax"), cuda=True)
-    assert compiles(config(attention="linear"), cuda=True)
-    assert compiles(config(), cuda=True)  # a model kind without the option
-    assert not compiles(config(attention="hyla"), cuda=True)
-    assert not compiles(config(attention="linear_rms_head"), cuda=True)
-    assert not compiles(config(attention="softmax"), cuda=False)
-
-
 def test_the_a1_section_sets_each_eager_check_beside_its_fast_run(reproduce, tmp_path) -> None:
     from reproduction.fuzzy_logic_a1_section import EAGER_CHECK, eager_check_lines
 

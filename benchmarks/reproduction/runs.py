@@ -36,7 +36,6 @@ from latentlens.training import (
     train_group_or_resume,
     train_or_resume,
 )
-from latentlens.training.trainer import compiles_exactly_on_cuda
 
 TIMINGS = "timings.json"
 # Where a section was trained, when not by the invocation that reports it (one line, in the
@@ -109,14 +108,6 @@ def with_threads(spec: RunSpec, runtime: Runtime) -> RunSpec:
     return replace(spec, config={**spec.config, "train": train})
 
 
-def compiles(config: dict[str, Any], cuda: bool) -> bool:
-    """Whether a run trains with --compile: on CUDA, for the attentions whose compiled
-    gradients are checked against eager ones (compiles_exactly_on_cuda; HYLA's are wrong,
-    benchmarks/results/h200_2026-11-26). Every attention takes --cuda-graphs on CUDA
-    (graph replay runs the eager kernels)."""
-    return cuda and compiles_exactly_on_cuda(config["model"].get("attention"))
-
-
 def train_one(spec: RunSpec, runtime: Runtime) -> tuple[str, float | None]:
     """Train (and probe) ``spec`` within the time budget: its fate and the seconds it took."""
     spec = with_threads(spec, runtime)
@@ -170,7 +161,7 @@ def train_unit(specs: list[RunSpec], runtime: Runtime) -> list[tuple[str, float 
             [s.path for s in specs],
             [s.config for s in specs],
             [tracking_callbacks(s.config) for s in specs],
-            compile=compiles(specs[0].config, cuda),
+            compile=cuda,
             cuda_graphs=cuda and graphable,
             device=runtime.device,
             quiet=True,

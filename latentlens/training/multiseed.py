@@ -40,7 +40,7 @@ from latentlens.training.callbacks import Callback
 from latentlens.training.checkpoint import list_checkpoints
 from latentlens.training.config import TrainConfig
 from latentlens.training.graphs import GraphedStep
-from latentlens.training.objective import SeedGroupObjective
+from latentlens.training.objective import SeedGroupObjective, inductor_options
 from latentlens.training.run_dir import RunDirectory
 from latentlens.training.trainer import (
     LOG_EVERY,
@@ -71,8 +71,7 @@ def check_group_options(
             "and train the seeds one per core (latentlens sweep, or one train per seed)"
         )
     task_cls = TASKS[config["task"]["name"]][0]
-    attention = config["model"].get("attention")
-    check_cuda_options(resolve_device(device), task_cls, compile, cuda_graphs, False, attention)
+    check_cuda_options(resolve_device(device), task_cls, compile, cuda_graphs, False)
 
 
 def common_checkpoint(run_dirs: Sequence[str | Path]) -> int | None:
@@ -145,8 +144,7 @@ class SeedGroup:
         self.train_cfg: TrainConfig = first.train_cfg
         self.device = first.device
         self.step = first.step
-        attention = first.config["model"].get("attention")
-        check_cuda_options(self.device, first.task, compile, cuda_graphs, False, attention)
+        check_cuda_options(self.device, first.task, compile, cuda_graphs, False)
         self.lr = torch.tensor(self.train_cfg.lr, device=self.device)
         models = [dict(t.model.named_parameters()) for t in trainers]
         self.params = {
@@ -172,7 +170,11 @@ class SeedGroup:
         )
         self._stack_optimizer_state()
         objective = SeedGroupObjective(first.model, first.task)
-        self._objective = torch.compile(objective, dynamic=False) if compile else objective
+        self._objective = (
+            torch.compile(objective, dynamic=False, options=inductor_options())
+            if compile
+            else objective
+        )
         self.graphed = (
             GraphedStep(
                 self.compute_step,

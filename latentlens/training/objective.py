@@ -22,6 +22,24 @@ from latentlens.tasks import Task
 from latentlens.tasks.base import Batch, Draws
 
 
+def inductor_options() -> dict[str, bool]:
+    """Inductor's settings for compiling a training objective (``torch.compile``'s
+    ``options``): no comprehensive padding. That padding (on by default for CUDA, off on
+    the CPU) gives some intermediate buffers padded strides. In torch 2.11 the backward
+    of the relative-position lookup ``table[:, buckets]`` (an accumulating ``index_put``)
+    read one such buffer with padded strides that its allocation lacked: HYLA's compiled
+    gradients were wrong on CUDA, and under deterministic algorithms the same call failed
+    with an out-of-bounds view. Without it they are the eager ones to ~5e-6
+    (benchmarks/results/h200_2026-11-27)."""
+    import torch._inductor.config
+
+    return (
+        {"comprehensive_padding": False}
+        if hasattr(torch._inductor.config, "comprehensive_padding")
+        else {}
+    )
+
+
 class TrainingObjective(torch.nn.Module):
     """``draws -> loss``: the task's loss of ``model``'s predictions (cast to float32, as
     the metrics are computed) on the training batch that ``draws`` (from

@@ -62,7 +62,7 @@ from latentlens.training.distributed import init_distributed
 from latentlens.training.graphs import GraphedStep
 from latentlens.training.init_from import initial_weights, load_initial_weights
 from latentlens.training.memory import check_fits
-from latentlens.training.objective import TrainingObjective, predict
+from latentlens.training.objective import TrainingObjective, inductor_options, predict
 from latentlens.training.run_dir import RunDirectory
 from latentlens.training.run_lock import RunLock
 
@@ -103,13 +103,9 @@ def check_cuda_options(
     compile: bool,
     cuda_graphs: bool,
     distributed: bool,
-    attention: str | None = None,
 ) -> None:
-    """Refuse ``--compile`` and ``--cuda-graphs`` where they cannot work or are known to
-    train wrongly (``task``: the task or its class; ``attention``: the model's, None for a
-    model without the option). On the CPU, inductor builds C++ kernels: it needs a
-    compiler. On CUDA, ``--compile`` is refused for the attentions outside
-    :data:`CUDA_COMPILE_CHECKED`."""
+    """Refuse ``--compile`` and ``--cuda-graphs`` where they cannot work (``task``: the
+    task or its class). On the CPU, inductor builds C++ kernels: it needs a compiler."""
     if compile and device.type == "cpu" and not cpp_compiler():
         raise ValueError(
             "--compile on the CPU builds C++ kernels and no C++ compiler was found (g++, "
@@ -125,28 +121,6 @@ def check_cuda_options(
             f"the {task.name} task's batches cannot be captured in a CUDA graph "
             "(its sampler synchronises with the host); drop --cuda-graphs (--compile works)"
         )
-    if compile and device.type == "cuda" and not compiles_exactly_on_cuda(attention):
-        raise ValueError(
-            f"--compile on CUDA computes wrong gradients with {attention} attention (docs/"
-            "guide/gpu.md, 'A known problem'); drop --compile: --cuda-graphs alone takes "
-            "the eager step exactly"
-        )
-
-
-# The attentions whose compiled objective (--compile) on CUDA gives eager training's
-# gradients, to float rounding (benchmarks/gpu_compile_hyla.py: ~2e-6 relative). HYLA's do
-# not, with or without its RMSHead and nonlinearity (torch 2.11, Triton): identical losses,
-# relative-position table gradients off by factors of 2 to 35 at initialisation, most
-# other gradients off too with RMSHead; trained so, 4-layer SRAVEN never learned
-# (benchmarks/results/h200_2026-11-26). --cuda-graphs replays the eager kernels and is exact
-# for every attention.
-CUDA_COMPILE_CHECKED = frozenset({"softmax", "linear"})
-
-
-def compiles_exactly_on_cuda(attention: str | None) -> bool:
-    """Whether ``--compile`` on CUDA is checked for this attention (None: a model without
-    the option)."""
-    return attention is None or attention in CUDA_COMPILE_CHECKED
 
 
 def cpp_compiler() -> str | None:
@@ -277,7 +251,6 @@ class Trainer:
             compile,
             cuda_graphs,
             self.dist.enabled,
-            config["model"].get("attention"),
         )
         if self.train_cfg.precision == "bf16" and self.device.type == "cpu":
             warn_if_bf16_is_emulated()
@@ -290,7 +263,7 @@ class Trainer:
         # (the objective wraps the model; the model itself stays eager for analyses).
         objective: torch.nn.Module = TrainingObjective(self.model, self.task)
         if compile:
-            objective.compile(dynamic=False)
+            objective.compile(dynamic=False, options=inductor_options())
         if self.dist.enabled:
             objective = torch.nn.parallel.DistributedDataParallel(objective)
         self.objective = objective

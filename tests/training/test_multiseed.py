@@ -197,7 +197,12 @@ def test_a_graphed_or_compiled_group_steps_as_the_eager_group(task: str, options
     # compile may fuse and reorder float sums: its tolerance is the single run's
     tolerance = dict(rtol=1e-3, atol=1e-4) if options.get("compile") else dict(rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(fast_losses, eager_losses, **tolerance)
+    softmax = eager.trainers[0].config["model"].get("attention") == "softmax"
     for name, stacked in eager.params.items():
+        if options.get("compile") and softmax and name.endswith("attn.b_K"):
+            # its gradient is 0 up to rounding (it shifts all of a query's scores alike),
+            # which AdamW's normalised step turns into lr-sized moves on either path
+            continue
         torch.testing.assert_close(fast.params[name], stacked, **tolerance, msg=name)
     eager.sync()
     fast.sync()  # the evaluation machinery still reads each seed's model
