@@ -3,8 +3,9 @@
 :func:`use_fused_kernels` switches a model's attention layers to the fused attention core
 (:mod:`latentlens.kernels.attention_core`) wherever it applies, its MLPs' tanh GELU to
 :mod:`latentlens.kernels.gelu_tanh`, and a transformer's residual adds and layer norms to
-:mod:`latentlens.kernels.layer_norm`: training's ``--fused``, whose AdamW steps are one
-call of :mod:`latentlens.kernels.adamw`.
+:mod:`latentlens.kernels.layer_norm`, with its MLPs there a block of rows at a time
+(:mod:`latentlens.kernels.mlp`): training's ``--fused``, whose AdamW steps are one call of
+:mod:`latentlens.kernels.adamw`.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from latentlens.kernels import attention_core, gelu_tanh, layer_norm
+from latentlens.kernels import attention_core, gelu_tanh, layer_norm, mlp
 
 
 def kernels_apply(tensor: torch.Tensor, compiles: bool = False) -> bool:
@@ -39,8 +40,13 @@ def use_fused_kernels(model: nn.Module, on: bool = True) -> int:
 
     layers = [m for m in model.modules() if isinstance(m, (Attention, MLP))]
     streams = [m for m in model.modules() if isinstance(m, DecoderTransformer)]
+    blocks = on and mlp.available()
     if on and layers:
         attention_core.library(), gelu_tanh.library(), layer_norm.library()
+        if blocks:
+            mlp.library()
     for layer in layers + streams:
         layer.fused = on
+        if isinstance(layer, MLP):
+            layer.fused_blocks = blocks
     return sum(getattr(layer, "fused_core_supported", True) for layer in layers)

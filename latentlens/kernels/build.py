@@ -14,6 +14,7 @@ import ctypes
 import hashlib
 import os
 import platform
+import re
 import shutil
 import subprocess
 import tempfile
@@ -78,6 +79,13 @@ def operators(name: str, forward: Callable, backward: Callable) -> tuple[Callabl
     )
 
 
+def local_includes(source: Path) -> list[Path]:
+    """The headers beside ``source`` that it includes (``#include "name.h"``), which a
+    library's cache key covers with the source."""
+    names = re.findall(r'^\s*#\s*include\s+"([^"]+)"', source.read_text(), re.MULTILINE)
+    return [source.parent / name for name in names]
+
+
 @cache
 def load(name: str, defines: tuple[tuple[str, int], ...] = ()) -> ctypes.CDLL:
     """The shared library of kernel ``name`` (``name.c`` beside this module), built on
@@ -96,7 +104,8 @@ def load(name: str, defines: tuple[tuple[str, int], ...] = ()) -> ctypes.CDLL:
     for parallel in (OPENMP, WITHOUT_OPENMP):
         flags = [*FLAGS, *(f"-D{macro}={value}" for macro, value in defines), parallel]
         setting = [" ".join(flags), compiler, cpu_identity()]
-        key = hashlib.sha256(b"\0".join([source.read_bytes(), *map(str.encode, setting)]))
+        texts = [path.read_bytes() for path in (source, *local_includes(source))]
+        key = hashlib.sha256(b"\0".join([*texts, *map(str.encode, setting)]))
         library = cache_folder() / "kernels" / key.hexdigest()[:16] / f"{name}.so"
         failed = library.with_suffix(".failed")  # this setting's errors, not retried
         if failed.exists():

@@ -33,6 +33,7 @@ from latentlens.kernels.layer_norm import (
     fused_embed_layer_norm,
     fused_kept_add_layer_norm,
 )
+from latentlens.kernels.mlp import fused_mlp
 from latentlens.models.attention import Attention
 from latentlens.models.config import AttentionConfig, TransformerConfig
 from latentlens.models.hooked import HookedModel, HookPoint, any_hooked
@@ -51,8 +52,10 @@ class MLP(nn.Module):
         self.hook_pre = HookPoint()
         self.hook_post = HookPoint()
         # Set by latentlens.kernels.use_fused_kernels: the GELU on the fused CPU kernel
-        # (the same function to float32 rounding) for float32 CPU tensors.
+        # (the same function to float32 rounding) for float32 CPU tensors, and the fused
+        # stream's MLP on latentlens.kernels.mlp where PyTorch's library has its sgemm.
         self.fused = False
+        self.fused_blocks = False
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``[batch, pos, d_model] -> [batch, pos, d_model]``."""
@@ -63,8 +66,11 @@ class MLP(nn.Module):
 
     def unbiased(self, x: torch.Tensor) -> torch.Tensor:
         """``[batch, pos, d_model] -> [batch, pos, d_model]``: the output less
-        ``fc_out``'s bias, with ``fc_in``'s bias added in the fused GELU's pass (float32
-        CPU tensors; the hooks do not run: for :meth:`DecoderTransformer`'s fused stream)."""
+        ``fc_out``'s bias, with ``fc_in``'s bias added in the fused GELU's pass, or the
+        whole MLP a block of rows at a time (:attr:`fused_blocks`) (float32 CPU tensors;
+        the hooks do not run: for :meth:`DecoderTransformer`'s fused stream)."""
+        if self.fused_blocks:
+            return fused_mlp(x, self.fc_in.weight, self.fc_in.bias, self.fc_out.weight)
         hidden = fused_bias_gelu_tanh(F.linear(x, self.fc_in.weight), self.fc_in.bias)
         return F.linear(hidden, self.fc_out.weight)
 

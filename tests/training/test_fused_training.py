@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from latentlens.kernels import attention_core, build, gelu_tanh, layer_norm
+from latentlens.kernels import attention_core, build, gelu_tanh, layer_norm, mlp
 from latentlens.models import transformer
 from latentlens.training import SeedGroup, Trainer, seed_configs
 from tests.training.test_trainer import tiny_config
@@ -79,18 +79,18 @@ def test_a_compiled_fused_run_trains_as_the_eager_run(
     kernel = attention_core.core_forward
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(attention_core, "core_forward", lambda *a: calls.append("core") or kernel(*a))
-        for module in (gelu_tanh, layer_norm):
+        for module in (gelu_tanh, layer_norm, mlp):
             patch.setattr(module, "library", CountingLibrary.of(module.library(), calls))
         if stream:
             patch.setattr(transformer, "COMPILED_FROM", 1)
         both_losses = torch.stack([both.train_step().detach() for _ in range(12)])
     # each kernel ran in every layer's step, forward and backward: the attention core,
-    # the GELU (with fc_in's bias on the stream's path), and on the stream's path the
-    # residual add and layer norm before each sublayer and the readout, the first the
-    # embedding's (fuzzy logic's inputs have 5 columns), the last block's first giving out
-    # the loss's position apart
+    # the GELU (on the stream's path the whole MLP in blocks of rows), and on the stream's
+    # path the residual add and layer norm before each sublayer and the readout, the first
+    # the embedding's (fuzzy logic's inputs have 5 columns), the last block's first giving
+    # out the loss's position apart
     layers = len(both.model.blocks)
-    gelu = "bias_gelu_tanh" if stream else "gelu_tanh"
+    gelu = "mlp" if stream else "gelu_tanh"
     norms, once = (2 * layers, 1) if stream else (0, 0)
     for name, count in [("core", layers), (f"{gelu}_forward", layers),
                         (f"{gelu}_backward", layers), ("add_layer_norm_forward", norms),
@@ -139,11 +139,20 @@ def test_the_kernel_operators_are_registered_completely() -> None:
     core_options = (2, "softmax", None, True, 4, 1e-6)
     _, rows = attention_core.query_attention_core(queries, kv, None, None, *core_options)
     dz = torch.randn(2, 19 - 4, 3, 3, generator=gen)
+    mlp_in = torch.randn(3, 4, 5, generator=gen).transpose(0, 1).requires_grad_()  # strided
+    w_in = torch.randn(7, 5, generator=gen, requires_grad=True)
+    b_in = torch.randn(7, generator=gen, requires_grad=True)
+    w_out = torch.randn(5, 7, generator=gen, requires_grad=True)
+    d_mlp_out = torch.randn(4, 3, 5, generator=gen)
     for operator, args in [
         (gelu_tanh.gelu_tanh, (x,)),
         (gelu_tanh.gelu_tanh_backward, (x.detach(), dy)),
         (gelu_tanh.bias_gelu_tanh, (x, bias)),
         (gelu_tanh.bias_gelu_tanh_backward, (x.detach(), bias.detach(), dy)),
+        (mlp.mlp, (mlp_in, w_in, b_in, w_out)),
+        (mlp.mlp_backward, (mlp_in.detach(), w_in.detach(), b_in.detach(), w_out.detach(),
+                            *(t.detach() for t in mlp.mlp(mlp_in, w_in, b_in, w_out)[1:]),
+                            d_mlp_out)),
         (layer_norm.add_layer_norm, (stream, delta, bias, weight, ln_bias, 1e-6)),
         (layer_norm.add_layer_norm, (stream, None, None, weight, ln_bias, 1e-6)),
         (layer_norm.add_layer_norm_backward, (total, mean, rstd, weight, d_total, d_total)),

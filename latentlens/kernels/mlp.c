@@ -1,0 +1,116 @@
+/* A transformer MLP, out = gelu(x W_in^T + b_in) W_out^T (fc_out's bias left to the caller)
+   and its gradients, a block of rows at a time: each block's hidden activations and
+   their gradients ([rows, F], a quarter megabyte) stay in the cache from the matmul that
+   makes them to the one that reads them, instead of going out to memory and back between
+   separate matmuls and GELU passes. The matmuls are MKL's sgemm from PyTorch's own
+   library (set_sgemm), the GELU is gelu_tanh.h's.
+   Row-major float32, contiguous: x [N, D], w_in [F, D], b_in [F], w_out [D, F];
+   forward writes h = x W_in^T [N, F] (without b_in) and y = gelu(h + b_in) [N, F], which
+   the backward pass reads, and out [N, D]. Blocks of R rows are shared among `threads`
+   OpenMP threads, whose MKL calls then run on one thread each. */
+
+#include <stddef.h>
+#include <string.h>
+
+#include "gelu_tanh.h"
+#ifdef _OPENMP
+#include <omp.h>
+#else /* built without OpenMP: one thread */
+static int omp_get_thread_num(void) { return 0; }
+static int omp_get_num_threads(void) { return 1; }
+#endif
+
+typedef void (*sgemm_function)(const char *, const char *, const int *, const int *,
+                               const int *, const float *, const float *, const int *,
+                               const float *, const int *, const float *, float *,
+                               const int *);
+static sgemm_function sgemm;
+
+/* PyTorch's sgemm (the BLAS interface, column-major, 32-bit integers) */
+void mlp_set_sgemm(void *function) { sgemm = (sgemm_function)function; }
+
+/* Row-major C [M, N] = op(A) op(B) + beta C, op: 'N' as stored or 'T' transposed; for
+   column-major sgemm that is C^T = op(B)^T op(A)^T. */
+static void matmul(char op_a, char op_b, int M, int N, int K, const float *A, int lda,
+                   const float *B, int ldb, float beta, float *C, int ldc) {
+    const float one = 1.f;
+    sgemm(&op_b, &op_a, &N, &M, &K, &one, B, &ldb, A, &lda, &beta, C, &ldc);
+}
+
+static int blocks_of(int N, int R) { return (N + R - 1) / R; }
+
+void mlp_forward(int threads, int N, int D, int F, int R, const float *restrict x,
+                 const float *restrict w_in, const float *restrict b_in,
+                 const float *restrict w_out, float *restrict h, float *restrict y,
+                 float *restrict out) {
+    const int blocks = blocks_of(N, R);
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int block = 0; block < blocks; block++) {
+        const int first = block * R, rows = N - first < R ? N - first : R;
+        float *hb = h + (size_t)first * F, *yb = y + (size_t)first * F;
+        matmul('N', 'T', rows, F, D, x + (size_t)first * D, D, w_in, D, 0.f, hb, F);
+        for (size_t i = 0; i < (size_t)rows; i++) {
+#pragma omp simd
+            for (int j = 0; j < F; j++) yb[i * F + j] = gelu_of(hb[i * F + j] + b_in[j]);
+        }
+        matmul('N', 'T', rows, D, F, yb, F, w_out, F, 0.f, out + (size_t)first * D, D);
+    }
+}
+
+/* dout [N, D] -> dx [N, D], dw_in [F, D], db_in [F], dw_out [D, F].
+   work: threads x (R F + (F D + D F + F)) floats: each thread's block of hidden
+   gradients and, for threads after the first, its sums of the weights' gradients, added
+   to the first thread's in thread order. */
+void mlp_backward(int threads, int N, int D, int F, int R, const float *restrict x,
+                  const float *restrict w_in, const float *restrict b_in,
+                  const float *restrict w_out, const float *restrict h,
+                  const float *restrict y, const float *restrict dout, float *restrict dx,
+                  float *restrict dw_in, float *restrict db_in, float *restrict dw_out,
+                  float *restrict work) {
+    const int blocks = blocks_of(N, R);
+    if (!blocks) { /* no rows: zero gradients */
+        memset(dw_in, 0, sizeof(float) * F * D);
+        memset(dw_out, 0, sizeof(float) * D * F);
+        memset(db_in, 0, sizeof(float) * F);
+        return;
+    }
+    if (threads > blocks) threads = blocks;
+    const size_t weights = (size_t)F * D + (size_t)D * F + F;
+    const size_t share = (size_t)R * F + weights;
+#pragma omp parallel num_threads(threads)
+    {
+        const int part = omp_get_thread_num(), parts = omp_get_num_threads();
+        float *dh = work + (size_t)part * share;
+        float *my_dw_in = dw_in, *my_dw_out = dw_out, *my_db = db_in;
+        if (part) {
+            my_dw_in = dh + (size_t)R * F;
+            my_dw_out = my_dw_in + (size_t)F * D;
+            my_db = my_dw_out + (size_t)D * F;
+        }
+        memset(my_db, 0, sizeof(float) * F);
+        const int begin = blocks * part / parts, end = blocks * (part + 1) / parts;
+        for (int block = begin; block < end; block++) {
+            const int first = block * R, rows = N - first < R ? N - first : R;
+            const float beta = block == begin ? 0.f : 1.f;
+            const float *db = dout + (size_t)first * D, *hb = h + (size_t)first * F;
+            matmul('N', 'N', rows, F, D, db, D, w_out, F, 0.f, dh, F); /* dy = dout W_out */
+            for (size_t i = 0; i < (size_t)rows; i++) {
+#pragma omp simd
+                for (int j = 0; j < F; j++) {
+                    const float d = dh[i * F + j] * slope_of(hb[i * F + j] + b_in[j]);
+                    dh[i * F + j] = d;
+                    my_db[j] += d;
+                }
+            }
+            matmul('T', 'N', D, F, rows, db, D, y + (size_t)first * F, F, beta, my_dw_out, F);
+            matmul('T', 'N', F, D, rows, dh, F, x + (size_t)first * D, D, beta, my_dw_in, D);
+            matmul('N', 'N', rows, D, F, dh, F, w_in, D, 0.f, dx + (size_t)first * D, D);
+        }
+    }
+    for (int part = 1; part < threads; part++) {
+        const float *theirs = work + (size_t)part * share + (size_t)R * F;
+        for (size_t i = 0; i < (size_t)F * D; i++) dw_in[i] += theirs[i];
+        for (size_t i = 0; i < (size_t)D * F; i++) dw_out[i] += theirs[(size_t)F * D + i];
+        for (int j = 0; j < F; j++) db_in[j] += theirs[2 * (size_t)F * D + j];
+    }
+}

@@ -1,0 +1,158 @@
+"""A transformer MLP's forward and backward passes a block of rows at a time.
+
+In a fused Table A1 fuzzy-logic step, the first block's MLP (4,096 rows, d_model 128,
+d_mlp 256) was 58% of the time: four matmuls and a GELU pass each way, every one writing
+a 4 MB ``[4096, 256]`` array that the next reads back from memory. The kernel of
+``mlp.c`` runs fc_in, the GELU (with fc_in's bias) and fc_out on one block of 256 rows
+at a time, so that block's hidden activations and their gradients are still in the cache
+when the next matmul reads them. The matmuls are the ones PyTorch calls (MKL's
+``sgemm``, from PyTorch's own library); only the weights' gradients sum their rows in
+blocks, so they differ from PyTorch's by float32 rounding (about 4e-7 relative).
+Where PyTorch's library exports no ``sgemm`` (a build without MKL or another BLAS that
+exports it), :func:`available` is False and the MLP runs as PyTorch's ops.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from functools import cache
+from pathlib import Path
+
+import torch
+
+from latentlens.kernels.build import load, operators, threads
+
+# Rows per block: each [rows, d_mlp] block of activations and gradients about a quarter
+# megabyte, so that a few of them fit a core's L2 cache with the weights.
+BLOCK_FLOATS = 65536
+
+
+@cache
+def sgemm_address() -> int | None:
+    """Where PyTorch's CPU library has ``sgemm_`` (the BLAS interface), if it exports it."""
+    library = Path(torch.__file__).parent / "lib" / "libtorch_cpu.so"
+    try:
+        return ctypes.cast(ctypes.CDLL(str(library)).sgemm_, ctypes.c_void_p).value
+    except (OSError, AttributeError):
+        return None
+
+
+def available() -> bool:
+    """Whether the kernel can run here: PyTorch's library exports ``sgemm_``."""
+    return sgemm_address() is not None
+
+
+@cache
+def library() -> ctypes.CDLL:
+    lib = load("mlp")
+    sizes = [ctypes.c_int] * 5  # threads, N, D, F, R
+    lib.mlp_forward.argtypes = sizes + [ctypes.c_void_p] * 7
+    lib.mlp_backward.argtypes = sizes + [ctypes.c_void_p] * 12
+    lib.mlp_set_sgemm.argtypes = [ctypes.c_void_p]
+    lib.mlp_set_sgemm(sgemm_address())
+    return lib
+
+
+def block_rows(d_mlp: int) -> int:
+    """Rows per block for hidden width ``d_mlp``."""
+    return max(16, BLOCK_FLOATS // max(d_mlp, 1))
+
+
+def forward_values(
+    x: torch.Tensor, w_in: torch.Tensor, b_in: torch.Tensor, w_out: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(out, h, y)`` for float32 CPU ``x [..., D]``, ``w_in [F, D]``, ``b_in [F]``,
+    ``w_out [D, F]``: ``h = x w_in^T`` (without ``b_in``), ``y = gelu_tanh(h + b_in)`` and
+    ``out = y w_out^T`` (without fc_out's bias), each ``[..., F]`` or ``[..., D]``."""
+    x, w_in, b_in, w_out = (t.contiguous() for t in (x, w_in, b_in, w_out))
+    d_mlp, d_model = w_in.shape
+    rows = x.numel() // max(d_model, 1)
+    h = x.new_empty(*x.shape[:-1], d_mlp)
+    y = torch.empty_like(h)
+    out = torch.empty_like(x)
+    library().mlp_forward(
+        threads(), rows, d_model, d_mlp, block_rows(d_mlp), x.data_ptr(), w_in.data_ptr(),
+        b_in.data_ptr(), w_out.data_ptr(), h.data_ptr(), y.data_ptr(), out.data_ptr(),
+    )  # fmt: skip
+    return out, h, y
+
+
+def backward_values(
+    x: torch.Tensor,
+    w_in: torch.Tensor,
+    b_in: torch.Tensor,
+    w_out: torch.Tensor,
+    h: torch.Tensor,
+    y: torch.Tensor,
+    dout: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(dx, dw_in, db_in, dw_out)``: the gradients of :func:`forward_values`'s ``out``
+    times ``dout``, from its saved ``h`` and ``y``."""
+    x, w_in, b_in, w_out, h, y, dout = (t.contiguous() for t in (x, w_in, b_in, w_out, h, y, dout))
+    d_mlp, d_model = w_in.shape
+    rows, block, count = x.numel() // max(d_model, 1), block_rows(d_mlp), threads()
+    dx = torch.empty_like(x)
+    dw_in, db_in, dw_out = torch.empty_like(w_in), torch.empty_like(b_in), torch.empty_like(w_out)
+    work = x.new_empty(count * (block * d_mlp + 2 * d_mlp * d_model + d_mlp))
+    library().mlp_backward(
+        count, rows, d_model, d_mlp, block, x.data_ptr(), w_in.data_ptr(), b_in.data_ptr(),
+        w_out.data_ptr(), h.data_ptr(), y.data_ptr(), dout.data_ptr(), dx.data_ptr(),
+        dw_in.data_ptr(), db_in.data_ptr(), dw_out.data_ptr(), work.data_ptr(),
+    )  # fmt: skip
+    return dx, dw_in, db_in, dw_out
+
+
+class FusedMLP(torch.autograd.Function):
+    """The kernels in eager mode."""
+
+    @staticmethod
+    def forward(ctx, x, w_in, b_in, w_out):  # type: ignore[override]
+        out, h, y = forward_values(x, w_in, b_in, w_out)
+        ctx.save_for_backward(x, w_in, b_in, w_out, h, y)
+        return out
+
+    @staticmethod
+    def backward(ctx, dout):  # type: ignore[override]
+        return backward_values(*ctx.saved_tensors, dout)
+
+
+# The kernels as operators (``torch.ops.latentlens``), which a compiled step calls.
+mlp, mlp_backward = operators("mlp", forward_values, backward_values)
+
+
+@mlp.register_fake
+def _(x, w_in, b_in, w_out):
+    h = x.new_empty(*x.shape[:-1], w_in.shape[0])
+    return torch.empty_like(x, memory_format=torch.contiguous_format), h, torch.empty_like(h)
+
+
+@mlp_backward.register_fake
+def _(x, w_in, b_in, w_out, h, y, dout):
+    return (
+        torch.empty_like(x, memory_format=torch.contiguous_format),
+        torch.empty_like(w_in, memory_format=torch.contiguous_format),
+        torch.empty_like(b_in, memory_format=torch.contiguous_format),
+        torch.empty_like(w_out, memory_format=torch.contiguous_format),
+    )
+
+
+def _save(ctx, inputs, output) -> None:
+    ctx.mark_non_differentiable(output[1], output[2])
+    ctx.save_for_backward(*inputs, output[1], output[2])
+
+
+def _backward(ctx, dout, _dh, _dy):
+    return mlp_backward(*ctx.saved_tensors, dout)
+
+
+mlp.register_autograd(_backward, setup_context=_save)
+
+
+def fused_mlp(
+    x: torch.Tensor, w_in: torch.Tensor, b_in: torch.Tensor, w_out: torch.Tensor
+) -> torch.Tensor:
+    """``gelu_tanh(x w_in^T + b_in) w_out^T`` (float32 CPU tensors, ``x [..., D]``) on the
+    kernels: an autograd function eagerly, the operator compiled."""
+    if torch.compiler.is_compiling():
+        return mlp(x, w_in, b_in, w_out)[0]
+    return FusedMLP.apply(x, w_in, b_in, w_out)
