@@ -37,6 +37,8 @@ static int omp_get_num_threads(void) { return 1; }
 #include <stdlib.h>
 #include <string.h>
 
+#include "cephes_exp.h"
+
 #define LANES 16
 typedef float vf __attribute__((vector_size(4 * LANES)));
 typedef int vi __attribute__((vector_size(4 * LANES)));
@@ -83,14 +85,7 @@ static inline vf exp_nonpositive(vf x) {
     n += __builtin_convertvector(n, vf) > t;
     const vf nf = __builtin_convertvector(n, vf);
     const vf r = x - nf * 0.693359375f + nf * 2.12194440e-4f;
-    vf poly = splat(1.9875691500e-4f);
-    poly = poly * r + 1.3981999507e-3f;
-    poly = poly * r + 8.3334519073e-3f;
-    poly = poly * r + 4.1665795894e-2f;
-    poly = poly * r + 1.6666665459e-1f;
-    poly = poly * r + 5.0000001201e-1f;
-    poly = poly * r * r + r + 1.f;
-    return poly * (vf)((n + 127) << 23);
+    return CEPHES_EXP_OF_REDUCED(r) * (vf)((n + 127) << 23);
 }
 
 typedef struct {

@@ -80,10 +80,18 @@ def operators(name: str, forward: Callable, backward: Callable) -> tuple[Callabl
 
 
 def local_includes(source: Path) -> list[Path]:
-    """The headers beside ``source`` that it includes (``#include "name.h"``), which a
-    library's cache key covers with the source."""
-    names = re.findall(r'^\s*#\s*include\s+"([^"]+)"', source.read_text(), re.MULTILINE)
-    return [source.parent / name for name in names]
+    """The headers beside ``source`` that it includes (``#include "name.h"``), and theirs
+    in turn, which a library's cache key covers with the source."""
+    found: list[Path] = []
+    pending = [source]
+    while pending:
+        text = pending.pop().read_text()
+        for name in re.findall(r'^\s*#\s*include\s+"([^"]+)"', text, re.MULTILINE):
+            header = source.parent / name
+            if header not in found:
+                found.append(header)
+                pending.append(header)
+    return found
 
 
 @cache

@@ -10,6 +10,8 @@
 
 #include <string.h>
 
+#include "cephes_exp.h"
+
 static const float BETA = 0.7978845608028654f, KAPPA = 0.044715f;
 
 /* exp(x), x clamped to [-87.3, 80], in a form the compiler vectorises: Cephes's expf,
@@ -24,13 +26,7 @@ static inline float exp_clamped(float x) {
     x = x < 80.f ? x : 80.f;
     const float n = __builtin_rintf(x * 1.44269504088896341f);
     const float r = x - n * 0.693359375f + n * 2.12194440e-4f;
-    float poly = 1.9875691500e-4f;
-    poly = poly * r + 1.3981999507e-3f;
-    poly = poly * r + 8.3334519073e-3f;
-    poly = poly * r + 4.1665795894e-2f;
-    poly = poly * r + 1.6666665459e-1f;
-    poly = poly * r + 5.0000001201e-1f;
-    poly = poly * r * r + r + 1.f;
+    const float poly = CEPHES_EXP_OF_REDUCED(r);
     const int bits = ((int)n + 127) << 23;
     float two_n;
     memcpy(&two_n, &bits, sizeof two_n);

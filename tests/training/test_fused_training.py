@@ -217,6 +217,26 @@ def test_a_compiler_without_openmp_builds_one_thread_kernels(tmp_path: Path, mon
         build.load.cache_clear()
 
 
+def test_an_edited_header_builds_a_new_library(tmp_path: Path, monkeypatch) -> None:
+    """A kernel's cached library is keyed by its source and the headers beside it that it
+    includes, and theirs in turn: editing a shared header (gelu_tanh.h, which mlp.c
+    includes; cephes_exp.h, which gelu_tanh.h includes) builds the library again."""
+    monkeypatch.setenv("LATENTLENS_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(build, "HERE", tmp_path)
+    (tmp_path / "kernel.c").write_text('#include "outer.h"\nint value(void) { return VALUE; }\n')
+    (tmp_path / "outer.h").write_text('#include "inner.h"\n')
+    (tmp_path / "inner.h").write_text("#define VALUE 1\n")
+    assert [p.name for p in build.local_includes(tmp_path / "kernel.c")] == ["outer.h", "inner.h"]
+    build.load.cache_clear()
+    try:
+        assert build.load("kernel").value() == 1
+        (tmp_path / "inner.h").write_text("#define VALUE 2\n")
+        build.load.cache_clear()
+        assert build.load("kernel").value() == 2
+    finally:
+        build.load.cache_clear()
+
+
 def test_train_fused_from_the_command_line(tmp_path: Path, capsys) -> None:
     from latentlens.cli import main
 
