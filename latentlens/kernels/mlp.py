@@ -58,12 +58,27 @@ def block_rows(d_mlp: int) -> int:
     return max(16, BLOCK_FLOATS // max(d_mlp, 1))
 
 
+def check_shapes(
+    x: torch.Tensor, w_in: torch.Tensor, b_in: torch.Tensor, w_out: torch.Tensor
+) -> None:
+    """Refuse, in one line, what the kernel would misread or read out of bounds."""
+    if any(t.dtype != torch.float32 or t.device.type != "cpu" for t in (x, w_in, b_in, w_out)):
+        raise ValueError("the fused MLP kernel takes float32 CPU tensors")
+    d_mlp, d_model = w_in.shape if w_in.dim() == 2 else (-1, -1)
+    if x.shape[-1:] != (d_model,) or b_in.shape != (d_mlp,) or w_out.shape != (d_model, d_mlp):
+        raise ValueError(
+            f"the fused MLP needs x [..., D], w_in [F, D], b_in [F] and w_out [D, F]; got "
+            f"{list(x.shape)}, {list(w_in.shape)}, {list(b_in.shape)}, {list(w_out.shape)}"
+        )
+
+
 def forward_values(
     x: torch.Tensor, w_in: torch.Tensor, b_in: torch.Tensor, w_out: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(out, h, y)`` for float32 CPU ``x [..., D]``, ``w_in [F, D]``, ``b_in [F]``,
     ``w_out [D, F]``: ``h = x w_in^T`` (without ``b_in``), ``y = gelu_tanh(h + b_in)`` and
     ``out = y w_out^T`` (without fc_out's bias), each ``[..., F]`` or ``[..., D]``."""
+    check_shapes(x, w_in, b_in, w_out)
     x, w_in, b_in, w_out = (t.contiguous() for t in (x, w_in, b_in, w_out))
     d_mlp, d_model = w_in.shape
     rows = x.numel() // max(d_model, 1)

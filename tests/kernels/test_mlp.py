@@ -71,3 +71,15 @@ def test_no_rows_give_zero_weight_gradients() -> None:
     out.sum().backward()
     for p in (w_in, b_in, w_out):
         assert torch.equal(p.grad, torch.zeros_like(p))
+
+
+def test_mismatched_shapes_and_dtypes_are_refused_in_one_line() -> None:
+    gen = torch.Generator().manual_seed(2)
+    w_in, b_in, w_out = (t.float() for t in parameters(8, 16, gen))
+    x = torch.randn(2, 3, 8)
+    with pytest.raises(ValueError, match=r"x \[\.\.\., D\].*got \[2, 3, 9\]"):
+        fused_mlp(torch.randn(2, 3, 9), w_in, b_in, w_out)
+    with pytest.raises(ValueError, match="w_out \\[D, F\\]"):
+        fused_mlp(x, w_in, b_in, w_out.T.contiguous())
+    with pytest.raises(ValueError, match="float32 CPU tensors"):
+        fused_mlp(x.double(), w_in, b_in, w_out)
