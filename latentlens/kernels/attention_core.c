@@ -28,16 +28,11 @@
    loaded, so its threads are PyTorch's); dbias holds one [H, Q, KP] sum per slice. */
 
 #include <math.h>
-#ifdef _OPENMP
-#include <omp.h>
-#else /* built without OpenMP (build.py's fallback): every call on one thread */
-static int omp_get_thread_num(void) { return 0; }
-static int omp_get_num_threads(void) { return 1; }
-#endif
 #include <stdlib.h>
 #include <string.h>
 
 #include "cephes_exp.h"
+#include "openmp.h"
 
 #define LANES 16
 typedef float vf __attribute__((vector_size(4 * LANES)));

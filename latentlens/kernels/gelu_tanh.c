@@ -6,12 +6,7 @@
 #include <stddef.h>
 
 #include "gelu_tanh.h"
-#ifdef _OPENMP
-#include <omp.h>
-#else /* built without OpenMP: one thread */
-static int omp_get_thread_num(void) { return 0; }
-static int omp_get_num_threads(void) { return 1; }
-#endif
+#include "openmp.h"
 
 void gelu_tanh_forward(int threads, size_t n, const float *restrict x, float *restrict y) {
 #pragma omp parallel for simd num_threads(threads) schedule(static)

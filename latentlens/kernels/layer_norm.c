@@ -19,12 +19,8 @@
 
 #include <math.h>
 #include <stddef.h>
-#ifdef _OPENMP
-#include <omp.h>
-#else /* built without OpenMP: one thread */
-static int omp_get_thread_num(void) { return 0; }
-static int omp_get_num_threads(void) { return 1; }
-#endif
+
+#include "openmp.h"
 
 /* the columns the embedding's row loop holds in a register at once: one AVX-512 vector
    (GCC's and clang's vector extensions; two AVX2 registers elsewhere) */

@@ -13,12 +13,7 @@
 #include <string.h>
 
 #include "gelu_tanh.h"
-#ifdef _OPENMP
-#include <omp.h>
-#else /* built without OpenMP: one thread */
-static int omp_get_thread_num(void) { return 0; }
-static int omp_get_num_threads(void) { return 1; }
-#endif
+#include "openmp.h"
 
 typedef void (*sgemm_function)(const char *, const char *, const int *, const int *,
                                const int *, const float *, const float *, const int *,
