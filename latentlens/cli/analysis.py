@@ -126,6 +126,18 @@ def run_probe(args: argparse.Namespace) -> int:
     return 0
 
 
+def permutation_summary(row: dict) -> str:
+    """The shuffled-label control of a decoding row: its permutations' mean, band and the
+    p-value (results written before permutations have the one shuffled decoder)."""
+    if row.get("shuffled_band") is None:
+        return f"shuffled labels {row['shuffled']:.3f}"
+    low, high = row["shuffled_band"]
+    return (
+        f"shuffled labels {row['shuffled']:.3f} [{low:.3f}, {high:.3f}] over "
+        f"{row['permutations']} permutations, p = {row['p_value']:.3f}"
+    )
+
+
 def print_probe_results(run: Path, results: dict) -> None:
     """The main scores of one run's probe results, a line each."""
     print(f"probe results: {run / 'probes' / 'results.json'}")
@@ -140,7 +152,7 @@ def print_probe_results(run: Path, results: dict) -> None:
         error = f" ± {row['test_se']:.3f}" if row.get("test_se") is not None else ""
         print(
             f"decoding ({row['metric']}, every layer and head): held out {row['test']:.3f}"
-            f"{error}, chance {row['chance']:.3f}, shuffled labels {row['shuffled']:.3f}"
+            f"{error}, chance {row['chance']:.3f}, {permutation_summary(row)}"
         )
     for row in results.get("z_decoding", []):
         print(f"z from {row['site']}: R² fit {row['r2_fit']:.3f}, OOD {row['r2_ood']:.3f}")

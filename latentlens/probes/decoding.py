@@ -17,10 +17,13 @@ import torch
 
 from latentlens.probes.codes import CodeSet
 from latentlens.probes.linear import (
+    PERMUTATIONS,
     DecodingScore,
     check_pair,
+    check_permutations,
     cross_validated_decoding,
-    permuted,
+    label_permutations,
+    permutation_control,
     ridge_decoding,
 )
 from latentlens.probes.logistic import fit_logistic, predict_logistic, standardise
@@ -44,10 +47,14 @@ def _decoders(num_layers: int, num_heads: int) -> list[Decoder]:
 
 
 def _accuracy_columns(
-    fit: CodeSet, tests: Mapping[str, CodeSet], decoders: list[Decoder], seed: int
+    fit: CodeSet,
+    tests: Mapping[str, CodeSet],
+    decoders: list[Decoder],
+    seed: int,
+    permutations: int,
 ) -> list[dict[str, Any]]:
     """Per decoder: fit accuracy, and for each test set its accuracy, binomial standard
-    error, majority-class chance and the shuffled-label decoder's accuracy."""
+    error, majority-class chance and the permutation controls' accuracies."""
     labels = fit.target.long()
     classes, fit_ids = torch.unique(labels, return_inverse=True)
     if len(classes) < 2:
@@ -55,7 +62,11 @@ def _accuracy_columns(
             f"the fit set holds a single class ({classes.tolist()}); a classifier needs at "
             "least 2 classes: sample more examples or another split"
         )
-    shuffled = torch.as_tensor(permuted(fit_ids.numpy(), seed))  # the control's labels
+    orders = torch.as_tensor(label_permutations(len(fit_ids), permutations, seed))
+    label_sets = torch.cat([fit_ids[None], fit_ids[orders]])  # [1 + permutations, examples]
+    # the decoders' Newton systems on a GPU where there is one (float64 either way)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    label_sets, classes = label_sets.to(device), classes.to(device)
     columns: list[dict[str, Any]] = [{} for _ in decoders]
     _, _, num_heads, keys = fit.codes.shape
     by_width: dict[int, list[int]] = defaultdict(list)
@@ -68,31 +79,39 @@ def _accuracy_columns(
             torch.stack([test.features(layers, heads) for _, _, layers, heads in chosen])
             for test in tests.values()
         ]
-        x_fit, *x_tests = standardise(x_fit.double(), *(x.double() for x in x_tests))
-        count = len(chosen)
-        both = torch.cat([fit_ids.expand(count, -1), shuffled.expand(count, -1)])
-        weights = fit_logistic(torch.cat([x_fit, x_fit]), both, len(classes))
-        real, control = weights[:count], weights[count:]
-        fitted = classes[predict_logistic(real, x_fit)]
+        x_fit, *x_tests = standardise(x_fit.to(device, torch.float64),
+                                      *(x.to(device, torch.float64) for x in x_tests))  # fmt: skip
+        count, sets = len(chosen), len(label_sets)
+        # decoder-major: decoder d's real fit, then its permutations
+        weights = fit_logistic(
+            x_fit.repeat_interleave(sets, 0), label_sets.repeat(count, 1), len(classes)
+        ).unflatten(0, (count, sets))
+        real = weights[:, 0]
+        fitted = classes[predict_logistic(real, x_fit)].cpu()
         for slot, index in enumerate(members):
             columns[index]["fit"] = float((fitted[slot] == labels).double().mean())
         for (name, test), x_test in zip(tests.items(), x_tests, strict=True):
-            truth = test.target.long()
+            truth = test.target.long().to(device)
             _, counts = torch.unique(truth, return_counts=True)
             chance = float(counts.max() / len(truth))
-            hits = (classes[predict_logistic(real, x_test)] == truth).double().mean(1)
-            controls = (classes[predict_logistic(control, x_test)] == truth).double().mean(1)
+            predicted = predict_logistic(weights.flatten(0, 1), x_test.repeat_interleave(sets, 0))
+            hits = (classes[predicted] == truth).double().mean(1).unflatten(0, (count, sets)).cpu()
             for slot, index in enumerate(members):
-                accuracy = float(hits[slot])
+                accuracy = float(hits[slot, 0])
                 columns[index][name] = {
-                    "test": accuracy, "chance": chance, "shuffled": float(controls[slot]),
+                    "test": accuracy, "chance": chance, "controls": hits[slot, 1:].numpy(),
                     "test_se": float(np.sqrt(accuracy * (1 - accuracy) / len(truth))),
                 }  # fmt: skip
     return columns
 
 
 def _classifier_rows(
-    fit: CodeSet, test: CodeSet, also: Mapping[str, CodeSet], decoders: list[Decoder], seed: int
+    fit: CodeSet,
+    test: CodeSet,
+    also: Mapping[str, CodeSet],
+    decoders: list[Decoder],
+    seed: int,
+    permutations: int,
 ) -> list[dict[str, Any]]:
     check_pair(fit.codes, fit.target, "fit set")
     if not torch.isfinite(fit.codes).all():
@@ -106,12 +125,14 @@ def _classifier_rows(
                 f"fit and {name} sets differ in shape: codes {list(fit.codes.shape[1:])} vs "
                 f"{list(other.codes.shape[1:])} [layer, head, key]"
             )
-    columns = _accuracy_columns(fit, {"test": test, **also}, decoders, seed)
+    columns = _accuracy_columns(fit, {"test": test, **also}, decoders, seed, permutations)
     rows = []
     for (layer, heads, _, _), column in zip(decoders, columns, strict=True):
         main = column["test"]
-        score = DecodingScore("accuracy", column["fit"], main["test"], main["chance"],
-                              main["shuffled"], main["test_se"])  # fmt: skip
+        score = DecodingScore(
+            "accuracy", column["fit"], main["test"], main["chance"], test_se=main["test_se"],
+            **permutation_control(main["test"], main["controls"]),
+        )  # fmt: skip
         row = {"layer": layer, "heads": heads, **score.to_dict()}
         for name in also:
             extra = column[name]
@@ -127,9 +148,12 @@ def decoding_table(
     folds: int = 2,
     seed: int = 0,
     also: Mapping[str, CodeSet] | None = None,
+    permutations: int = PERMUTATIONS,
 ) -> list[dict[str, Any]]:
     """Rows ``{"layer", "heads", "metric", "fit", "test", "chance", "shuffled",
-    "test_se"}``.
+    "shuffled_band", "p_value", "permutations", "test_se"}``: ``shuffled`` is the mean
+    of ``permutations`` decoders fit on permuted labels, ``shuffled_band`` their 5th-95th
+    percentiles and ``p_value`` the permutation p-value of ``test``.
 
     ``layer`` is a layer index or ``"all"``; ``heads`` is ``"all"``, ``"h{i}"`` (head i
     alone) or ``"-h{i}"`` (every head but i). With ``test`` the decoder is fit on ``fit``
@@ -139,26 +163,29 @@ def decoding_table(
     row gets ``{name}``, ``{name}_se`` and ``{name}_chance`` for each.
     """
     also = dict(also or {})
+    check_permutations(permutations)
     if also and test is None:
         raise ValueError("also= scores the decoders on more test sets: pass test= as well")
     _, num_layers, num_heads, _ = fit.codes.shape
     decoders = _decoders(num_layers, num_heads)
     if test is not None and fit.target_kind == "classification":
-        return _classifier_rows(fit, test, also, decoders, seed)
+        return _classifier_rows(fit, test, also, decoders, seed, permutations)
     rows = []
     for layer, label, layers, heads in decoders:
         x_fit = fit.features(layers, heads)
         if test is None:
             kind = "ridge" if fit.target_kind == "regression" else "classifier"
-            score = cross_validated_decoding(x_fit, fit.target, kind=kind, folds=folds, seed=seed)
+            score = cross_validated_decoding(
+                x_fit, fit.target, kind=kind, folds=folds, seed=seed, permutations=permutations
+            )
             rows.append({"layer": layer, "heads": label, **score.to_dict()})
             continue
         row = {"layer": layer, "heads": label}
         row |= ridge_decoding(x_fit, fit.target, test.features(layers, heads), test.target,
-                              seed=seed).to_dict()  # fmt: skip
+                              seed=seed, permutations=permutations).to_dict()  # fmt: skip
         for name, other in also.items():
             extra = ridge_decoding(x_fit, fit.target, other.features(layers, heads),
-                                   other.target, seed=seed)  # fmt: skip
+                                   other.target, seed=seed, permutations=1)  # fmt: skip
             row |= {name: extra.test, f"{name}_se": extra.test_se, f"{name}_chance": 0.0}
         rows.append(row)
     return rows

@@ -1,9 +1,11 @@
 """Linear decoders fit in-distribution and scored out-of-distribution (scikit-learn).
 
 Every score comes with its baselines: ``chance`` (what a decoder with no information
-reaches: 0 for R², the majority class's share of the test set for accuracy) and
-``shuffled`` (the same decoder fit on permuted labels, scored on the real test labels), so
-that a number is never read without what it must beat.
+reaches: 0 for R², the majority class's share of the test set for accuracy) and the
+permutation control: the same decoder fit on the fit set's labels permuted
+:data:`PERMUTATIONS` times, each scored on the real test labels, summarised as their mean
+(``shuffled``), their 5th-95th percentile band and a permutation p-value, so that a number
+is never read without what it must beat.
 """
 
 from __future__ import annotations
@@ -12,11 +14,11 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 import torch
-from sklearn.linear_model import LogisticRegression, Ridge
+from sklearn.linear_model import Ridge
 from sklearn.metrics import r2_score
 from sklearn.model_selection import KFold, StratifiedKFold
-from sklearn.pipeline import make_pipeline
-from sklearn.preprocessing import StandardScaler
+
+from latentlens.probes.logistic import fit_logistic, predict_logistic, standardise
 
 ArrayLike = np.ndarray | torch.Tensor
 
@@ -34,9 +36,45 @@ class DecodingScore:
     chance: float
     shuffled: float
     test_se: float | None = None  # standard error of ``test`` (see the decoders)
+    # the permutation controls' 5th and 95th percentiles, and the p-value of ``test``
+    # against them: (1 + controls scoring at least ``test``) / (1 + permutations)
+    shuffled_band: tuple[float, float] | None = None
+    p_value: float | None = None
+    permutations: int = 0
 
     def to_dict(self) -> dict[str, float | str]:
         return asdict(self)
+
+
+# Label permutations per decoder: the smallest p-value they can give is 1 / 21 < 0.05.
+PERMUTATIONS = 20
+
+
+def check_permutations(permutations: int) -> None:
+    if isinstance(permutations, bool) or not isinstance(permutations, int) or permutations < 1:
+        raise ValueError(
+            f"permutations={permutations!r} is invalid: the control needs at least 1 label "
+            f"permutation ({PERMUTATIONS} give a p-value below 0.05)"
+        )
+
+
+def label_permutations(examples: int, count: int, seed: int) -> np.ndarray:
+    """``[count, examples]`` index permutations, drawn from one seeded generator."""
+    rng = np.random.default_rng(seed)
+    return np.stack([rng.permutation(examples) for _ in range(count)])
+
+
+def permutation_control(real: float, controls: np.ndarray) -> dict[str, object]:
+    """What the permutation controls ``[permutations]`` say of the ``real`` score: their
+    mean (``shuffled``), 5th-95th percentile band and the one-sided p-value of ``real``."""
+    controls = np.asarray(controls, dtype=np.float64)
+    low, high = np.percentile(controls, [5, 95])
+    return {
+        "shuffled": float(controls.mean()),
+        "shuffled_band": (float(low), float(high)),
+        "p_value": float((1 + np.sum(controls >= real)) / (1 + len(controls))),
+        "permutations": len(controls),
+    }
 
 
 def as_matrix(name: str, values: ArrayLike) -> np.ndarray:
@@ -78,11 +116,6 @@ def _check_widths(x_fit: np.ndarray, x_test: np.ndarray) -> None:
         )
 
 
-def permuted(labels: np.ndarray, seed: int) -> np.ndarray:
-    """``labels`` in the shuffled-label control's order (seeded)."""
-    return labels[np.random.default_rng(seed).permutation(len(labels))]
-
-
 # A held-out R²'s standard error is read from its spread over this many parts of the set.
 R2_PARTS = 16
 
@@ -105,13 +138,31 @@ def ridge_decoding(
     test_targets: ArrayLike,
     alpha: float = 1.0,
     seed: int = 0,
+    permutations: int = PERMUTATIONS,
 ) -> DecodingScore:
-    """Ridge regression (``alpha``, with intercept) fit on one set, R² on both.
+    """Ridge regression (``alpha``, with intercept) fit on one set, R² on both, beside
+    ``permutations`` decoders fit on permuted targets (one multi-output fit).
 
     Shapes: features ``[examples, d]``, targets ``[examples]`` or ``[examples, k]``.
     """
+    score, _ = _ridge(fit_features, fit_targets, test_features, test_targets, alpha, seed,
+                      permutations)  # fmt: skip
+    return score
+
+
+def _ridge(
+    fit_features: ArrayLike,
+    fit_targets: ArrayLike,
+    test_features: ArrayLike,
+    test_targets: ArrayLike,
+    alpha: float,
+    seed: int,
+    permutations: int,
+) -> tuple[DecodingScore, np.ndarray]:
+    """:func:`ridge_decoding`'s score and its controls' test R² ``[permutations]``."""
     if alpha < 0:
         raise ValueError(f"alpha={alpha} is invalid: ridge needs alpha >= 0")
+    check_permutations(permutations)
     x_fit, y_fit = as_matrix("fit_features", fit_features), as_matrix("fit_targets", fit_targets)
     x_test = as_matrix("test_features", test_features)
     y_test = as_matrix("test_targets", test_targets)
@@ -122,21 +173,25 @@ def ridge_decoding(
         raise ValueError(
             f"fit and test sets differ in width: targets {y_fit.shape[1]} vs {y_test.shape[1]}"
         )
-    decoder = Ridge(alpha=alpha).fit(x_fit, y_fit)
-    control = Ridge(alpha=alpha).fit(x_fit, permuted(y_fit, seed))
-    predicted = decoder.predict(x_test)
-    return DecodingScore(
+    orders = label_permutations(len(y_fit), permutations, seed)
+    # every permutation's targets side by side: ridge solves each column on its own
+    stacked = np.concatenate([y_fit] + [y_fit[order] for order in orders], axis=1)
+    predicted = Ridge(alpha=alpha).fit(x_fit, stacked).predict(np.concatenate([x_fit, x_test]))
+    width = y_fit.shape[1]
+    on_fit, on_test = predicted[: len(x_fit), :width], predicted[len(x_fit) :]
+    controls = np.array([
+        r2_score(y_test, on_test[:, width * (1 + i) : width * (2 + i)]) for i in range(permutations)
+    ])  # fmt: skip
+    test = float(r2_score(y_test, on_test[:, :width]))
+    score = DecodingScore(
         metric="r2",
-        fit=float(r2_score(y_fit, decoder.predict(x_fit))),
-        test=float(r2_score(y_test, predicted)),
+        fit=float(r2_score(y_fit, on_fit)),
+        test=test,
         chance=0.0,
-        shuffled=float(r2_score(y_test, control.predict(x_test))),
-        test_se=r2_standard_error(y_test, predicted),
+        test_se=r2_standard_error(y_test, on_test[:, :width]),
+        **permutation_control(test, controls),
     )
-
-
-def _classifier(max_iter: int) -> object:
-    return make_pipeline(StandardScaler(), LogisticRegression(max_iter=max_iter))
+    return score, controls
 
 
 def classifier_decoding(
@@ -144,14 +199,32 @@ def classifier_decoding(
     fit_labels: ArrayLike,
     test_features: ArrayLike,
     test_labels: ArrayLike,
-    max_iter: int = 1_000,
     seed: int = 0,
+    permutations: int = PERMUTATIONS,
 ) -> DecodingScore:
-    """Multinomial logistic regression on standardised features, fit on one set and
-    scored (accuracy) on both; ``chance`` is the test set's majority-class share.
+    """Multinomial logistic regression on standardised features (scikit-learn's
+    ``LogisticRegression`` objective, solved to its optimum by
+    :func:`latentlens.probes.logistic.fit_logistic`, the controls in the same batch), fit
+    on one set and scored (accuracy) on both; ``chance`` is the test set's majority-class
+    share.
 
     Shapes: features ``[examples, d]``, labels ``[examples]`` class ids.
     """
+    score, _ = _classifier(fit_features, fit_labels, test_features, test_labels, seed,
+                           permutations)  # fmt: skip
+    return score
+
+
+def _classifier(
+    fit_features: ArrayLike,
+    fit_labels: ArrayLike,
+    test_features: ArrayLike,
+    test_labels: ArrayLike,
+    seed: int,
+    permutations: int,
+) -> tuple[DecodingScore, np.ndarray]:
+    """:func:`classifier_decoding`'s score and its controls' accuracies ``[permutations]``."""
+    check_permutations(permutations)
     x_fit, x_test = (
         as_matrix("fit_features", fit_features),
         as_matrix("test_features", test_features),
@@ -160,24 +233,33 @@ def classifier_decoding(
     check_pair(x_fit, y_fit, "fit set")
     check_pair(x_test, y_test, "test set")
     _check_widths(x_fit, x_test)
-    classes = np.unique(y_fit)
+    classes, fit_ids = np.unique(y_fit, return_inverse=True)
     if len(classes) < 2:
         raise ValueError(
             f"the fit set holds a single class ({classes.tolist()}); a classifier needs at "
             "least 2 classes: sample more examples or another split"
         )
-    decoder = _classifier(max_iter).fit(x_fit, y_fit)
-    control = _classifier(max_iter).fit(x_fit, permuted(y_fit, seed))
+    orders = label_permutations(len(y_fit), permutations, seed)
+    labels = torch.as_tensor(np.stack([fit_ids] + [fit_ids[order] for order in orders]))
+    count = len(labels)
+    scaled_fit, scaled_test = standardise(
+        torch.as_tensor(x_fit)[None], torch.as_tensor(x_test)[None]
+    )
+    weights = fit_logistic(scaled_fit.expand(count, -1, -1), labels, len(classes))
+    on_test = classes[predict_logistic(weights, scaled_test.expand(count, -1, -1)).numpy()]
+    hits = (on_test == y_test).mean(1)
+    fitted = classes[predict_logistic(weights[:1], scaled_fit[:1]).numpy()[0]]
     _, counts = np.unique(y_test, return_counts=True)
-    accuracy = float((decoder.predict(x_test) == y_test).mean())
-    return DecodingScore(
+    accuracy = float(hits[0])
+    score = DecodingScore(
         metric="accuracy",
-        fit=float((decoder.predict(x_fit) == y_fit).mean()),
+        fit=float((fitted == y_fit).mean()),
         test=accuracy,
         chance=float(counts.max() / len(y_test)),
-        shuffled=float((control.predict(x_test) == y_test).mean()),
         test_se=float(np.sqrt(accuracy * (1 - accuracy) / len(y_test))),  # binomial
+        **permutation_control(accuracy, hits[1:]),
     )
+    return score, hits[1:]
 
 
 def cross_validated_decoding(
@@ -186,11 +268,13 @@ def cross_validated_decoding(
     kind: str = "ridge",
     folds: int = 5,
     seed: int = 0,
+    permutations: int = PERMUTATIONS,
     **options: float,
 ) -> DecodingScore:
     """K-fold decoding within one set (when there is no separate test set): each fold is
     scored by a decoder fit on the others; ``test`` and the baselines are fold means and
-    ``fit`` the mean score on the folds' fit parts. ``kind``: ``ridge`` or ``classifier``.
+    ``fit`` the mean score on the folds' fit parts; each permutation control's score is its
+    mean over the folds. ``kind``: ``ridge`` or ``classifier``.
     """
     if kind not in ("ridge", "classifier"):
         raise ValueError(f"kind={kind!r} is invalid: choose 'ridge' or 'classifier'")
@@ -214,20 +298,27 @@ def cross_validated_decoding(
                 "lower folds or sample more examples"
             )
         splitter = StratifiedKFold(folds, shuffle=True, random_state=seed)
+        results = [
+            _classifier(x[fit], y[fit], x[test], y[test], seed, permutations)
+            for fit, test in splitter.split(x, y)
+        ]
     else:
         splitter = KFold(folds, shuffle=True, random_state=seed)
-    decode = ridge_decoding if kind == "ridge" else classifier_decoding
-    scores = [
-        decode(x[fit], y[fit], x[test], y[test], seed=seed, **options)
-        for fit, test in splitter.split(x, y)
-    ]
+        alpha = options.get("alpha", 1.0)
+        results = [
+            _ridge(x[fit], y[fit], x[test], y[test], alpha, seed, permutations)
+            for fit, test in splitter.split(x, y)
+        ]
+    scores = [score for score, _ in results]
+    test = float(np.mean([s.test for s in scores]))
+    controls = np.mean([controls for _, controls in results], axis=0)
     errors = [s.test_se for s in scores]
     return DecodingScore(
         metric=scores[0].metric,
         fit=float(np.mean([s.fit for s in scores])),
-        test=float(np.mean([s.test for s in scores])),
+        test=test,
         chance=float(np.mean([s.chance for s in scores])),
-        shuffled=float(np.mean([s.shuffled for s in scores])),
         # the folds' test sets are disjoint: the errors of their mean add in quadrature
         test_se=None if None in errors else float(np.sqrt(np.sum(np.square(errors))) / folds),
+        **permutation_control(test, controls),
     )

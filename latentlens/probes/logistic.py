@@ -44,27 +44,46 @@ def _objective(
     return loss + 0.5 * penalty * weights[:, :-1].square().sum((1, 2))
 
 
+# The largest Newton system a chunk of decoders builds at once, in float64 entries of its
+# per-example terms (``[decoders, examples, classes x features]``): 2^25, 256 MiB.
+CHUNK_ENTRIES = 2**25
+
+
 def fit_logistic(x: torch.Tensor, y: torch.Tensor, classes: int, C: float = 1.0) -> torch.Tensor:
     """Weights ``[batch, features + 1, classes or 1]`` (the intercept last) of the decoders
     of ``x`` ``[batch, examples, features]`` (already standardised) to ``y`` ``[batch,
     examples]`` class ids in ``0 .. classes - 1``: the minimiser of the summed
-    cross-entropy plus ``||W||² / (2C)``."""
+    cross-entropy plus ``||W||² / (2C)``. Decoders are solved in chunks of bounded memory,
+    each on ``x``'s device."""
     if classes < 2:
         raise ValueError(f"classes={classes}: a decoder needs at least 2 classes")
     batch, examples, features = x.shape
+    free = 1 if classes == 2 else classes
+    chunk = max(1, CHUNK_ENTRIES // max(1, examples * (features + 1) * free))
+    return torch.cat([
+        _fit_chunk(x[start : start + chunk], y[start : start + chunk], classes, C)
+        for start in range(0, batch, chunk)
+    ]) if batch else x.new_zeros(0, features + 1, free, dtype=torch.float64)  # fmt: skip
+
+
+def _fit_chunk(x: torch.Tensor, y: torch.Tensor, classes: int, C: float) -> torch.Tensor:
+    """:func:`fit_logistic` on one chunk of decoders, by Newton's method with backtracking."""
+    batch, examples, features = x.shape
     x = torch.cat([x.double(), x.new_ones(batch, examples, 1, dtype=torch.float64)], dim=-1)
+    y = y.to(x.device)
     binary = classes == 2
     free = 1 if binary else classes
     size = (features + 1) * free
     penalty = 1.0 / C
     onehot = torch.nn.functional.one_hot(y, classes).double()[..., -free:]
-    penalised = torch.ones(features + 1, free, dtype=torch.float64)
+    options = dict(dtype=torch.float64, device=x.device)
+    penalised = torch.ones(features + 1, free, **options)
     penalised[-1] = 0.0  # the intercept
     # The intercepts of a multinomial decoder can all move together without changing it:
     # a tiny ridge picks one of them (the probabilities do not depend on it).
-    gauge = torch.zeros(features + 1, free, dtype=torch.float64)
+    gauge = torch.zeros(features + 1, free, **options)
     gauge[-1] = 0.0 if binary else 1e-10
-    weights = torch.zeros(batch, features + 1, free, dtype=torch.float64)
+    weights = torch.zeros(batch, features + 1, free, **options)
     diagonal = (penalty * penalised + gauge).T.reshape(size)  # (class, feature) order
     objective = _objective(weights, x, y, penalty, binary)
     for _ in range(MAX_ITERATIONS):
@@ -73,16 +92,10 @@ def fit_logistic(x: torch.Tensor, y: torch.Tensor, classes: int, C: float = 1.0)
         active = gradient.abs().amax((1, 2)) > TOLERANCE * examples
         if not active.any():
             break
-        # Hessian of the cross-entropy: sum over examples of (diag(p) - p pᵀ) ⊗ x xᵀ,
-        # ordered (class, feature) on both axes
-        curvature = torch.diag_embed(p) - p[..., :, None] * p[..., None, :]
-        hessian = torch.einsum("bncd,bnj,bnk->bcjdk", curvature, x, x)
-        hessian = hessian.reshape(batch, size, size) + torch.diag(diagonal)
-        step = torch.linalg.solve(hessian, gradient.transpose(1, 2).reshape(batch, size, 1))
-        step = step.reshape(batch, free, features + 1).transpose(1, 2)
+        step = _newton_step(x, p, gradient, diagonal)
         step = step * active[:, None, None]  # converged decoders stay where they are
         slope = (gradient * step).sum((1, 2))
-        scale = torch.ones(batch, dtype=torch.float64)
+        scale = torch.ones(batch, **options)
         for _ in range(30):  # backtracking: a decoder halves its step until it descends
             trial = weights - scale[:, None, None] * step
             value = _objective(trial, x, y, penalty, binary)
@@ -94,6 +107,26 @@ def fit_logistic(x: torch.Tensor, y: torch.Tensor, classes: int, C: float = 1.0)
             scale = torch.where(worse, scale / 2, scale)
         weights, objective = trial, value
     return weights
+
+
+def _newton_step(
+    x: torch.Tensor, p: torch.Tensor, gradient: torch.Tensor, diagonal: torch.Tensor
+) -> torch.Tensor:
+    """The Newton step ``[batch, features + 1, free]`` of the cross-entropy's Hessian,
+    sum over examples of (diag(p) - p pᵀ) ⊗ x xᵀ ordered (class, feature) on both axes,
+    plus ``diagonal``: the block diagonal Xᵀ diag(p_c) X less Qᵀ Q, Q = p ⊗ x per example."""
+    batch, _, width = x.shape
+    free = p.shape[-1]
+    size = width * free
+    q = (p[..., :, None] * x[..., None, :]).flatten(2)  # [batch, examples, (class, feature)]
+    hessian = -(q.transpose(1, 2) @ q)
+    blocks = (q.transpose(1, 2) @ x).unflatten(1, (free, width))  # [batch, class, j, k]
+    square = hessian.view(batch, free, width, free, width)
+    for c in range(free):
+        square[:, c, :, c, :] += blocks[:, c]
+    hessian = hessian + torch.diag(diagonal)
+    step = torch.linalg.solve(hessian, gradient.transpose(1, 2).reshape(batch, size, 1))
+    return step.reshape(batch, free, width).transpose(1, 2)
 
 
 def predict_logistic(weights: torch.Tensor, x: torch.Tensor) -> torch.Tensor:

@@ -111,3 +111,45 @@ def test_decoding_scores_carry_standard_errors_that_match_their_spread() -> None
     features = labels[:, None] + rng.normal(scale=0.8, size=(200, 1))
     score = classifier_decoding(features, labels, features, labels)
     assert score.test_se == pytest.approx(np.sqrt(score.test * (1 - score.test) / 200))
+
+
+def test_the_permutation_control_is_a_ridge_fit_per_permuted_target_with_a_p_value() -> None:
+    """Each control is scikit-learn's ridge fit on the targets in one permuted order, scored
+    on the real test targets; the p-value counts the controls at or above the real score."""
+    from sklearn.linear_model import Ridge
+    from sklearn.metrics import r2_score
+
+    from latentlens.probes.linear import label_permutations
+
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(300, 5))
+    y = x[:, :2] @ np.array([[0.3, -0.1], [0.2, 0.4]]) + rng.normal(size=(300, 2))
+    score = ridge_decoding(x[:200], y[:200], x[200:], y[200:], seed=7, permutations=25)
+    controls = np.array([
+        r2_score(y[200:], Ridge(alpha=1.0).fit(x[:200], y[:200][order]).predict(x[200:]))
+        for order in label_permutations(200, 25, seed=7)
+    ])  # fmt: skip
+    assert len(set(np.round(controls, 9))) == 25  # 25 different orders, not one repeated
+    assert score.shuffled == pytest.approx(controls.mean(), abs=1e-12)
+    assert score.shuffled_band == pytest.approx(np.percentile(controls, [5, 95]), abs=1e-12)
+    assert score.p_value == pytest.approx((1 + (controls >= score.test).sum()) / 26)
+    assert score.p_value == pytest.approx(1 / 26)  # a real signal beats every permutation
+    assert score.test == pytest.approx(
+        r2_score(y[200:], Ridge(alpha=1.0).fit(x[:200], y[:200]).predict(x[200:])), abs=1e-12
+    )
+    noise = ridge_decoding(x[:200], rng.normal(size=200), x[200:], rng.normal(size=100))
+    assert noise.p_value > 0.1 and noise.permutations == 20  # no signal: inside the band
+
+
+def test_classifier_controls_give_a_band_and_p_value_and_few_permutations_are_refused() -> None:
+    rng = np.random.default_rng(4)
+    rules = rng.integers(0, 3, size=600)
+    codes = rng.normal(size=(600, 4))
+    codes[:, 0] += 0.8 * rules
+    score = classifier_decoding(codes[:300], rules[:300], codes[300:], rules[300:])
+    low, high = score.shuffled_band
+    assert low <= score.shuffled <= high < score.test and score.p_value == pytest.approx(1 / 21)
+    folded = cross_validated_decoding(codes, rules, kind="classifier", folds=3, permutations=5)
+    assert folded.permutations == 5 and folded.p_value == pytest.approx(1 / 6)
+    with pytest.raises(ValueError, match="permutations=0 is invalid"):
+        ridge_decoding(codes, rules, codes, rules, permutations=0)

@@ -11,6 +11,7 @@ from sklearn.preprocessing import StandardScaler
 
 from latentlens.probes.codes import CodeSet
 from latentlens.probes.decoding import decoding_table
+from latentlens.probes.linear import label_permutations
 from latentlens.probes.logistic import fit_logistic, predict_logistic, standardise
 
 # scikit-learn's lbfgs at tol=1e-12 stops with gradient entries near 1e-9; its coefficients
@@ -43,6 +44,16 @@ def test_each_decoder_is_scikit_learns_logistic_regression(classes: int) -> None
         )
 
 
+def test_decoders_solved_in_chunks_are_the_decoders_solved_together(monkeypatch) -> None:
+    rng = np.random.default_rng(0)
+    y = torch.tensor(rng.integers(0, 4, (5, 120)))
+    (x,) = standardise(torch.tensor(rng.random((5, 120, 6))))
+    together = fit_logistic(x, y, 4)
+    monkeypatch.setattr("latentlens.probes.logistic.CHUNK_ENTRIES", 120 * 7 * 4 * 2)
+    chunked = fit_logistic(x, y, 4)  # chunks of 2, 2 and 1 decoders
+    torch.testing.assert_close(chunked, together, rtol=0, atol=1e-12)
+
+
 def test_fewer_than_two_classes_is_refused() -> None:
     with pytest.raises(ValueError, match="at least 2 classes"):
         fit_logistic(torch.zeros(1, 4, 2), torch.zeros(1, 4, dtype=torch.long), 1)
@@ -64,9 +75,9 @@ def code_sets() -> tuple[CodeSet, CodeSet, CodeSet]:
 
 def test_the_table_is_one_scikit_learn_fit_per_decoder_scored_on_every_test_set() -> None:
     fit, test, other = code_sets()
-    rows = decoding_table(fit, test, seed=3, also={"held": other})
+    rows = decoding_table(fit, test, seed=3, also={"held": other}, permutations=3)
     assert len(rows) == 1 + 3 * (1 + 4 + 4)
-    permutation = np.random.default_rng(3).permutation(len(fit))
+    permutations = label_permutations(len(fit), 3, seed=3)
     for row in rows:
         layers = list(range(3)) if row["layer"] == "all" else [row["layer"]]
         heads = {"all": None}.get(row["heads"])
@@ -77,13 +88,20 @@ def test_the_table_is_one_scikit_learn_fit_per_decoder_scored_on_every_test_set(
         scaler = StandardScaler().fit(fit.features(layers, heads).double().numpy())
         x_fit = scaler.transform(fit.features(layers, heads).double().numpy())
         y_fit = fit.target.numpy()
-        decoder, control = reference(x_fit, y_fit), reference(x_fit, y_fit[permutation])
+        decoder = reference(x_fit, y_fit)
         for name, key in ((test, "test"), (other, "held")):
             x = scaler.transform(name.features(layers, heads).double().numpy())
             accuracy = float((decoder.predict(x) == name.target.numpy()).mean())
             assert row[key] == accuracy, (row["layer"], row["heads"], key)
         x = scaler.transform(test.features(layers, heads).double().numpy())
-        assert row["shuffled"] == float((control.predict(x) == test.target.numpy()).mean())
+        controls = np.array([
+            (reference(x_fit, y_fit[order]).predict(x) == test.target.numpy()).mean()
+            for order in permutations
+        ])  # fmt: skip
+        assert row["shuffled"] == pytest.approx(controls.mean(), abs=1e-12)
+        assert row["shuffled_band"] == pytest.approx(np.percentile(controls, [5, 95]))
+        assert row["p_value"] == (1 + (controls >= row["test"]).sum()) / 4
+        assert row["permutations"] == 3
         assert row["fit"] == float((decoder.predict(x_fit) == y_fit).mean())
         assert row["held_se"] == pytest.approx(np.sqrt(row["held"] * (1 - row["held"]) / 300))
     by_key = {(r["layer"], r["heads"]): r for r in rows}
