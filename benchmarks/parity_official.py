@@ -43,10 +43,12 @@ Needs ``jax``, ``flax``, ``optax``, ``chex``, ``ml_collections`` and ``einops`` 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import sys
 import time
+import types
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -64,6 +66,16 @@ SEQUENCE_MIXERS = {
 }
 
 
+class UnusedModule(types.ModuleType):
+    """A stand-in for a module the official code imports but these runs never call (its
+    ``hyla/logging.py`` imports wandb at import time for the W&B logger; the runs here use its
+    standard logger): any use of it is an error naming the module."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise SystemExit(f"error: the official code used {self.__name__}.{name}; install "
+                         f"{self.__name__} (pip install {self.__name__})")  # fmt: skip
+
+
 def import_official(path: Path) -> dict[str, Any]:
     """The official modules the run needs, imported from the checkout at ``path``."""
     if not (path / "hyla" / "experiment.py").is_file():
@@ -72,6 +84,8 @@ def import_official(path: Path) -> dict[str, Any]:
             "hyla/experiment.py); clone it and pass its folder to --official"
         )
     sys.path.insert(0, str(path))
+    if importlib.util.find_spec("wandb") is None:  # not in the parity extra
+        sys.modules["wandb"] = UnusedModule("wandb")
     try:
         import jax  # noqa: F401
         import optax  # noqa: F401

@@ -28,7 +28,7 @@ Selector = Callable[[torch.Tensor, Batch], torch.Tensor]
 @dataclass
 class Extraction:
     """``activations[name]`` ``[examples, ...]`` and ``labels[name]`` ``[examples, ...]``
-    (labels with a batch axis), on the CPU."""
+    (labels with a batch axis, but for the model's keyword inputs), on the CPU."""
 
     activations: dict[str, torch.Tensor]
     labels: dict[str, torch.Tensor]
@@ -92,7 +92,9 @@ def extract(
             for name, value in kept.items():
                 _fill(activations, name, value, seen, examples)
             for name, label in batch.labels.items():
-                if label.ndim and label.shape[0] == size:
+                # a model input that rides in the labels (padded text's attention mask, as
+                # long as its batch) is no label: its length differs from batch to batch
+                if name not in options and label.ndim and label.shape[0] == size:
                     _fill(labels, name, label, seen, examples)
             seen += size
     finally:
@@ -143,4 +145,10 @@ def _fill(
     """Copy a batch's ``value`` into rows ``start:`` of ``out[name]`` (made on first use)."""
     if name not in out:
         out[name] = torch.empty((total, *value.shape[1:]), dtype=value.dtype)
+    if out[name].shape[1:] != value.shape[1:]:
+        raise ValueError(
+            f"{name!r} is {list(value.shape[1:])} per example in this batch but "
+            f"{list(out[name].shape[1:])} in the first: a selected slice or label must have "
+            "one shape per example in every batch"
+        )
     out[name][start : start + len(value)].copy_(value)

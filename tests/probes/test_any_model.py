@@ -194,3 +194,44 @@ def test_loading_a_missing_model_is_a_clear_error(tmp_path) -> None:
         load_language_model("/nowhere/model", "cpu")
     with pytest.raises(ValueError, match="the folder holds no Hugging Face model"):
         load_language_model(str(tmp_path), "cpu")
+
+
+def test_padded_pairs_whose_batches_end_at_different_lengths_are_extracted(bridge) -> None:
+    """Text whose words split into different numbers of tokens: each example's length
+    differs, and a causal model's batches are cut after their last query, so each batch is
+    as long as its longest query (the atlas's `--relation text` crashed on the second
+    batch: its attention mask was collected as if it were a label of one shape). The codes
+    of every batch are the pattern at each example's own pair."""
+    generator = torch.Generator().manual_seed(3)
+    rows, queries = [], []
+    for n in range(10):
+        length = 6 + 3 * n  # every example a different length
+        rows.append(torch.randint(2, VOCAB, (length,), generator=generator))
+        queries.append(length - 1 - n % 3)
+    tokens = torch.zeros(10, max(len(r) for r in rows), dtype=torch.long)
+    mask = torch.zeros_like(tokens)
+    for n, row in enumerate(rows):
+        tokens[n, : len(row)], mask[n, : len(row)] = row, 1
+    query = torch.tensor(queries)
+    ood = torch.arange(10) >= 8  # two of each label's examples in each split at least
+    pairs = TokenPairs.build(
+        tokens,
+        query=query,
+        keys=query - 2,
+        label=torch.arange(10) % 2,
+        ood=ood,
+        attention_mask=mask,
+    )
+    codes = pair_codes(bridge, pairs, "id", batch_size=3, causal=True)  # batches of 3, 3, 2
+    assert codes.codes.shape == (8, 2, 4, 1)  # [example, layer, head, key]
+    order = pairs.rows("id")[torch.randperm(8, generator=torch.Generator().manual_seed(0))]
+    with torch.no_grad():
+        for e, row in enumerate(order.tolist()):
+            length = len(rows[row])
+            _, cache = bridge.run_with_cache(
+                tokens[row : row + 1, :length], names_filter=lambda n: n.endswith("hook_pattern")
+            )
+            for layer in range(2):
+                pattern = cache[f"blocks.{layer}.attn.hook_pattern"][0]
+                torch.testing.assert_close(codes.codes[e, layer, :, 0],
+                                           pattern[:, queries[row], queries[row] - 2])  # fmt: skip

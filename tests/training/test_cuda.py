@@ -179,12 +179,14 @@ def test_graphed_and_compiled_hyla_steps_follow_the_eager_ones(
 ) -> None:
     """HYLA's graphed steps are the eager ones (graph replay runs the eager kernels): the
     same losses and weights. Its compiled steps follow them as far as float rounding lets
-    two eager runs follow each other: the losses to 1e-3 over 20 steps, and each weight no
-    further from the eager run's than DRIFT_FACTOR times the drift of an eager run nudged by
-    rounding (measured here, the same 20 steps). Elementwise, weights are no test of
-    rounding: a weight whose gradient is near zero moves by AdamW's full step in the
-    direction its rounding noise picks (on the H200 of 2026-11-27, SRAVEN's ``embed.weight``
-    broke rtol 1e-3 / atol 1e-4 after 20 compiled steps whose losses agreed)."""
+    two eager runs follow each other: each step's loss, and each weight after 20 steps, no
+    further from the eager run's than DRIFT_FACTOR times what rounding alone moves an eager
+    run (measured here: a one-ulp nudge of the start, cuBLASLt's matmuls). A fixed tolerance
+    cannot hold: at SRAVEN's 4 layers 20 steps of HYLA amplify rounding into 1e-3 of the
+    loss (the H200 of 2026-11-27: compiled 1.09e-3 at step 19, failing rtol 1e-3) and into
+    a few % of each weight's update, where the one-ulp nudge moves the weights by 15-56% of
+    their update and cuBLASLt by 0.5-4.9%, the compiled step by 0.7-5.1%
+    (benchmarks/results/h200_2026-11-27b/tests_sraven.txt)."""
     config = hyla_config(task)
     eager = Trainer.create(tmp_path / "eager", config, device="cuda", quiet=True)
     start = {name: weight.clone() for name, weight in eager.model.state_dict().items()}
@@ -198,17 +200,27 @@ def test_graphed_and_compiled_hyla_steps_follow_the_eager_ones(
             torch.testing.assert_close(fast.model.state_dict()[name], weight, rtol=1e-5,
                                        atol=1e-6, msg=name)  # fmt: skip
         return
-    torch.testing.assert_close(fast_losses, eager_losses, rtol=1e-3, atol=1e-4)
     nudged = Trainer.create(tmp_path / "nudged", config, device="cuda", quiet=True)
     nudge_by_one_ulp(nudged)
-    train_steps(nudged, 20)
+    nudged_losses = train_steps(nudged, 20)
     library = torch.backends.cuda.preferred_blas_library()
     try:
         torch.backends.cuda.preferred_blas_library("cublaslt")
         other = Trainer.create(tmp_path / "cublaslt", config, device="cuda", quiet=True)
-        train_steps(other, 20)
+        other_losses = train_steps(other, 20)
     finally:
         torch.backends.cuda.preferred_blas_library(library)
+    print(f"\n{task} {options}: loss minus eager's at each step")
+    print(f"{'step':<6}{'eager':>12}{'compiled':>12}{'one ulp':>12}{'cublaslt':>12}")
+    runs = zip(eager_losses, fast_losses, nudged_losses, other_losses, strict=True)
+    for step, (eager_loss, *others) in enumerate(runs):
+        print(f"{step:<6}{eager_loss:>12.6f}" + "".join(f"{x - eager_loss:>12.2e}" for x in others))
+        loss, *rounded = others
+        # float32 sums of a batch's losses in another order differ by ~1e-6 of the loss
+        rounding = max(*(abs(x - eager_loss) for x in rounded), 1e-5 * abs(eager_loss))
+        assert abs(loss - eager_loss) <= DRIFT_FACTOR * rounding, (
+            f"step {step}: compiled loss {loss} against eager {eager_loss}, rounding {rounding:.2e}"
+        )
     compiled = drifts(fast.model.state_dict(), eager_weights, start)
     by_nudge = drifts(nudged.model.state_dict(), eager_weights, start)
     by_library = drifts(other.model.state_dict(), eager_weights, start)
