@@ -12,6 +12,7 @@ from latentlens.models.config import (
     resolve_variant,
 )
 from latentlens.models.encoder_decoder import EncoderDecoderConfig, EncoderDecoderTransformer
+from latentlens.models.fused import use_fused_kernels
 from latentlens.models.fusion import CONNECTIONS, FuseAttention, LayerConnection
 from latentlens.models.hook_axes import HOOK_AXES, hook_axes
 from latentlens.models.hooked import HookedModel
@@ -71,4 +72,5 @@ __all__ = [
     "resolve_model_kind",
     "resolve_variant",
     "sinusoidal_encoding",
+    "use_fused_kernels",
 ]

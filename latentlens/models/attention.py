@@ -83,7 +83,7 @@ class Attention(nn.Module):
         self.activation = (
             ACTIVATION_FUNCTIONS[cfg.activation] if cfg.value_network == "mlp" else None
         )
-        # Set by latentlens.kernels.use_fused_kernels: compute the core with the fused CPU
+        # Set by latentlens.models.use_fused_kernels: compute the core with the fused CPU
         # kernel where it applies (the same attention to float32 rounding).
         self.fused = False
         self.fused_core_supported = supports(cfg.normalization, cfg.activation)

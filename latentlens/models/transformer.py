@@ -51,7 +51,7 @@ class MLP(nn.Module):
         self.fc_out = init_linear_(nn.Linear(d_mlp, d_model))
         self.hook_pre = HookPoint()
         self.hook_post = HookPoint()
-        # Set by latentlens.kernels.use_fused_kernels: the GELU on the fused CPU kernel
+        # Set by latentlens.models.use_fused_kernels: the GELU on the fused CPU kernel
         # (the same function to float32 rounding) for float32 CPU tensors, and the fused
         # stream's MLP on latentlens.kernels.mlp where PyTorch's library has its sgemm.
         self.fused = False
@@ -146,7 +146,7 @@ class DecoderTransformer(HookedModel):
         )
         self.ln_final = nn.LayerNorm(cfg.d_model, eps=cfg.ln_eps)
         self.unembed = init_linear_(nn.Linear(cfg.d_model, cfg.d_output))
-        # Set by latentlens.kernels.use_fused_kernels: the residual stream's adds and
+        # Set by latentlens.models.use_fused_kernels: the residual stream's adds and
         # layer norms on the fused CPU kernels (the same function to float32 rounding).
         self.fused = False
         self.setup()
@@ -196,7 +196,7 @@ class DecoderTransformer(HookedModel):
 
     def _fused_stream_applies(self, inputs: torch.Tensor) -> bool:
         """Whether this pass runs the residual stream on the fused kernels (:attr:`fused`
-        set by :func:`~latentlens.kernels.use_fused_kernels`, no hook on the stream or
+        set by :func:`~latentlens.models.use_fused_kernels`, no hook on the stream or
         the MLPs, float32 weights on the CPU; compiled, a stream of at least
         :data:`~latentlens.kernels.layer_norm.COMPILED_FROM` numbers)."""
         streamed = inputs.shape[0] * inputs.shape[1] * self.cfg.d_model

@@ -25,7 +25,6 @@ import torch
 from latentlens import __version__
 from latentlens.allocator import keep_freed_memory
 from latentlens.devices import resolve_device
-from latentlens.kernels import use_fused_kernels
 from latentlens.kernels.adamw import FusedAdamWStep
 from latentlens.models import (
     MODEL_KINDS,
@@ -34,6 +33,7 @@ from latentlens.models import (
     model_config,
     model_preset,
     resolve_model_kind,
+    use_fused_kernels,
 )
 from latentlens.progress import progress_bar
 from latentlens.tasks import TASKS, Batch, Task, make_task

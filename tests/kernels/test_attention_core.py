@@ -11,9 +11,9 @@ import itertools
 import pytest
 import torch
 
-from latentlens.kernels import attention_core, use_fused_kernels
+from latentlens.kernels import attention_core
 from latentlens.kernels.attention_core import fused_attention_core
-from latentlens.models import AttentionConfig
+from latentlens.models import AttentionConfig, use_fused_kernels
 from latentlens.models.attention import Attention
 
 TOLERANCE = dict(rtol=1e-5, atol=1e-5)

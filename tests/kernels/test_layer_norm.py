@@ -12,7 +12,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from latentlens.kernels import use_fused_kernels
 from latentlens.kernels.layer_norm import (
     add_layer_norm,
     add_layer_norm_backward,
@@ -22,6 +21,7 @@ from latentlens.kernels.layer_norm import (
     forward_values,
     kept_add_layer_norm,
 )
+from latentlens.models import use_fused_kernels
 from latentlens.models.config import TransformerConfig
 from latentlens.models.transformer import DecoderTransformer
 
