@@ -49,6 +49,18 @@ def cell_text(value: float, fmt: str) -> str:
     return text.replace("-", "+" if "+" in fmt else "") if float(text) == 0 else text
 
 
+# A heatmap writes its numbers in its cells up to this many cells (16 lines of 8 heads);
+# beyond, the numbers would overprint each other at a figure's size.
+MAX_CELL_LABELS = 128
+# Line labels an axis shows at most (a 30-layer model's layers would overprint).
+MAX_TICKS = 16
+
+
+def spaced_ticks(count: int, most: int = MAX_TICKS) -> list[int]:
+    """Indices of at most ``most`` of ``count`` ticks at a regular step, from the first."""
+    return list(range(0, count, -(-count // most)))
+
+
 def annotated_heatmap(
     ax,
     grid: np.ndarray,
@@ -59,18 +71,22 @@ def annotated_heatmap(
     fmt: str,
     bold: np.ndarray | None = None,
 ):
-    """``grid`` ``[line, head]`` coloured and written in each cell; ``bold`` ``[line, head]``
-    marks the cells whose number is set in bold."""
+    """``grid`` ``[line, head]`` coloured and, up to :data:`MAX_CELL_LABELS` cells, written
+    in each cell (a larger grid, e.g. 30 layers of 9 heads, is read off its colour bar);
+    ``bold`` ``[line, head]`` marks the cells whose number is set in bold. At most
+    :data:`MAX_TICKS` line labels are shown, evenly spaced."""
     image = ax.imshow(grid, cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto")
+    written = grid.size <= MAX_CELL_LABELS
     for (i, j), value in np.ndenumerate(grid):
-        if np.isfinite(value):
+        if written and np.isfinite(value):
             red, green, blue, _ = image.cmap(image.norm(value))
             dark = 0.299 * red + 0.587 * green + 0.114 * blue < 0.5  # perceived luminance
             ax.text(j, i, cell_text(value, fmt), ha="center", va="center", fontsize=7,
                     color="white" if dark else "black",
                     fontweight="bold" if bold is not None and bold[i, j] else "normal")  # fmt: skip
     ax.set_xticks(range(grid.shape[1]))
-    ax.set_yticks(range(grid.shape[0]), labels)
+    shown = spaced_ticks(len(labels))
+    ax.set_yticks(shown, [labels[i] for i in shown])
     ax.set_xlabel("head")
     ax.set_ylabel("layer")
     return image
@@ -136,7 +152,9 @@ def score_limits(grid: np.ndarray, metric: str) -> tuple[float, float]:
 def decoding_by_head(results: Mapping[str, Any], title: str = "") -> Figure:
     """Left: the decoder's held-out score from each head alone (layer x head). Right: per
     layer, every head together, the drop when one head is left out, beside chance and
-    the shuffled-label control."""
+    the permutation control (the band of 20 decoders fit on permuted labels, 5th to 95th
+    percentile, its p-value under each layer). Scales to deep models: taller with more
+    layers, numbers in the cells and on the bars only where they fit."""
     rows = require_key(results, "decoding")
     metric = rows[0]["metric"]
     label = metric_label(metric)
@@ -146,7 +164,8 @@ def decoding_by_head(results: Mapping[str, Any], title: str = "") -> Figure:
         if r["layer"] != "all" and r["heads"].startswith("h")
     ]
     per_layer = [r for r in rows if r["layer"] != "all" and r["heads"] == "all"]
-    figure = Figure(figsize=(10, 3.4), layout="constrained")
+    height = max(3.4, 1.4 + 0.13 * len(per_layer))
+    figure = Figure(figsize=(10, height), layout="constrained")
     left, right = figure.subplots(1, 2, width_ratios=[1.3, 1])
     grid, labels = _head_grid(alone, "test")
     low, high = score_limits(grid, metric)
@@ -155,31 +174,60 @@ def decoding_by_head(results: Mapping[str, Any], title: str = "") -> Figure:
     chances = {round(r["chance"], 2) for r in rows if r["layer"] != "all"}
     chance = f"chance {chances.pop():.2f}" if len(chances) == 1 else "chance: right panel"
     left.set_title(f"one head alone ({chance})")
+    _per_layer_bars(right, rows, per_layer)
+    right.set_title(f"all heads, and without one (held-out {label})")
+    if title:
+        figure.suptitle(title)
+    return figure
+
+
+def _per_layer_bars(ax, rows: Sequence[dict], per_layer: Sequence[dict]) -> None:
+    """Per layer: every head together and the worst head left out, chance, and the
+    permutation band (results from before permutations: their one shuffled decoder)."""
     layers = [r["layer"] for r in per_layer]
     x = np.arange(len(layers))
-    right.bar(x - 0.2, [r["test"] for r in per_layer], 0.4, label="all heads (held out)")
+    scores = [r["test"] for r in per_layer]
+    ax.bar(x - 0.2, scores, 0.4, label="all heads (held out)")
     drops = [
         [r["test"] for r in rows if r["layer"] == layer and r["heads"].startswith("-")]
         for layer in layers
     ]
     worst = [min(d) if d else np.nan for d in drops]
-    right.bar(x + 0.2, worst, 0.4, label="worst head left out")
-    right.plot(x, [r["chance"] for r in per_layer], "k_", markersize=28, label="chance")
-    right.plot(x, [r["shuffled"] for r in per_layer], "r_", markersize=28, label="shuffled labels")
-    for position, height in [*zip(x - 0.2, [r["test"] for r in per_layer], strict=True),
-                             *zip(x + 0.2, worst, strict=True)]:  # fmt: skip
-        if np.isfinite(height):  # a value on every bar: a bar of height 0 is not "missing"
-            ax_text = cell_text(height, ".2f")
-            right.annotate(ax_text, (position, max(height, 0.0)), ha="center", va="bottom",
-                           fontsize=7, xytext=(0, 2), textcoords="offset points")  # fmt: skip
-    right.set_xticks(x, [f"layer {layer}" for layer in layers])
-    _score_axis(right, [r[k] for r in per_layer for k in ("test", "chance", "shuffled")] + worst)
-    right.set_title(f"all heads, and without one (held-out {label})")
-    right.legend(frameon=False, fontsize="small")
-    right.grid(axis="y", alpha=0.3)
-    if title:
-        figure.suptitle(title)
-    return figure
+    ax.bar(x + 0.2, worst, 0.4, label="worst head left out")
+    width = max(4, 28 * min(1.0, 12 / len(layers)))  # the chance marks fit their slots
+    ax.plot(x, [r["chance"] for r in per_layer], "k_", markersize=width, label="chance")
+    bands = [r.get("shuffled_band") for r in per_layer]
+    if all(band is not None for band in bands):
+        mean = np.array([r["shuffled"] for r in per_layer])
+        band = f"{per_layer[0]['permutations']} label permutations (5th–95th %)"
+        spread = [mean - [b[0] for b in bands], [b[1] for b in bands] - mean]
+        ax.errorbar(x, mean, yerr=spread, fmt="r_", markersize=width, capsize=2, lw=1, label=band)
+        # each layer's p-value under it where they fit (else in the probe's table)
+        ticks = [
+            f"{layer}\np={r['p_value']:.2f}" if len(layers) <= 12 else str(layer)
+            for layer, r in zip(layers, per_layer, strict=True)
+        ]
+    else:
+        ax.plot(x, [r["shuffled"] for r in per_layer], "r_", markersize=width,
+                label="shuffled labels")  # fmt: skip
+        ticks = [str(layer) for layer in layers]
+    if len(layers) <= 12:  # a value on every bar where they fit
+        for position, value in [*zip(x - 0.2, scores, strict=True),
+                                *zip(x + 0.2, worst, strict=True)]:  # fmt: skip
+            if np.isfinite(value):  # a bar of height 0 is not "missing"
+                ax.annotate(
+                    cell_text(value, ".2f"), (position, max(value, 0.0)), ha="center",
+                    va="bottom", fontsize=7, xytext=(0, 2), textcoords="offset points",
+                )  # fmt: skip
+    shown = spaced_ticks(len(layers))
+    ax.set_xticks(x[shown], [ticks[i] for i in shown], fontsize="small")
+    ax.set_xlabel("layer")
+    bounds = [b[0] for b in bands if b is not None]
+    _score_axis(ax, [*scores, *(r["chance"] for r in per_layer), *worst, *bounds])
+    # below the axes: over them it would hide the bars of some layer
+    ax.legend(frameon=False, fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.2),
+              ncol=2)  # fmt: skip
+    ax.grid(axis="y", alpha=0.3)
 
 
 def code_embedding(

@@ -170,3 +170,33 @@ def test_step_ticks_of_a_long_run_are_few_and_short(tmp_path: Path) -> None:
     assert len(labels) <= 6 and all(len(label) <= 4 for label in labels), labels
     assert step_label(50_000) == "50k" and step_label(1_500_000) == "1.5M"
     assert step_label(250) == "250" and step_label(0) == "0"
+
+
+def deep_decoding(layers: int, heads: int) -> list[dict]:
+    """Decoding rows of a ``layers`` x ``heads`` model, with their permutation bands."""
+    control = {"chance": 0.25, "shuffled": 0.3, "shuffled_band": [0.22, 0.38], "p_value": 0.05,
+               "permutations": 20}  # fmt: skip
+    rows = [{"layer": "all", "heads": "all", "metric": "accuracy", "test": 0.9, **control}]
+    for layer in range(layers):
+        rows.append({"layer": layer, "heads": "all", "metric": "accuracy", "test": 0.8, **control})
+        for head in range(heads):
+            for name in (f"h{head}", f"-h{head}"):
+                rows.append({"layer": layer, "heads": name, "metric": "accuracy",
+                             "test": 0.5, **control})  # fmt: skip
+    return rows
+
+
+def test_a_thirty_layer_decoding_figure_writes_no_cell_numbers_and_few_ticks() -> None:
+    """SmolLM2's 30 layers of 9 heads overprinted 270 cell labels and every layer's tick
+    (#67): beyond 128 cells the heatmap is read off its colour bar, and each axis shows at
+    most 16 layer labels; the permutation band is drawn for every layer."""
+    figure = decoding_by_head({"decoding": deep_decoding(30, 9)})
+    heatmap, bars = figure.axes[0], figure.axes[1]  # the colour bar comes last
+    assert len(heatmap.texts) == 0
+    assert len(heatmap.get_yticklabels()) <= 16 and len(bars.get_xticklabels()) <= 16
+    assert len(bars.texts) == 0  # no value over 30 pairs of bars
+    band = [c for c in bars.containers if type(c).__name__ == "ErrorbarContainer"]
+    assert len(band) == 1 and len(band[0].lines[2][0].get_segments()) == 30
+    small = decoding_by_head({"decoding": deep_decoding(2, 4)})
+    assert len(small.axes[0].texts) == 8  # a small grid keeps its numbers
+    assert "p=0.05" in small.axes[1].get_xticklabels()[0].get_text()
