@@ -3,9 +3,17 @@
 A kernel is one C file beside this module, compiled with the system's C compiler for the
 machine it runs on (``-march=native``) and loaded with :mod:`ctypes`. The library is
 cached under ``$LATENTLENS_CACHE`` (default ``~/.cache/latentlens``) in a folder named by
-the hash of the source, the flags, the compiler and the CPU, so an edited kernel or another
-machine sharing the home directory builds its own; it is written to a temporary name and
-renamed, so concurrent first uses never load a half-written file.
+the hash of the source, the flags, the compiler (its path and version) and the CPU, so an
+edited kernel, another compiler or another machine sharing the home directory builds its
+own; it is written to a temporary name and renamed, so concurrent first uses never load a
+half-written file.
+
+Loading a library runs its code, so a library is loaded only if this user built it: every
+folder of the cache from ``$LATENTLENS_CACHE`` down and the library itself must belong to
+this user and be writable by no one else (else a one-line error names the path), and the
+library's SHA-256, recorded when it was built, must match (a library without a record is
+built again; one that differs from its record is refused). A failed build is remembered
+for :data:`RETRY_FAILED_AFTER` seconds, then tried again.
 """
 
 from __future__ import annotations
@@ -16,8 +24,10 @@ import os
 import platform
 import re
 import shutil
+import stat
 import subprocess
 import tempfile
+import time
 import warnings
 from collections.abc import Callable
 from functools import cache
@@ -42,6 +52,10 @@ OPENMP = "-fopenmp"
 # Where the compiler cannot build OpenMP (clang without libomp), the kernels are built
 # without it and run every call on one thread: slower, the same numbers.
 WITHOUT_OPENMP = "-fopenmp-simd"
+# A build that failed is tried again after a day (at once where its inputs, the compiler or
+# its version change: they make another cache folder).
+RETRY_FAILED_AFTER = 24 * 3600.0
+DIGEST = ".sha256"  # beside a library: its SHA-256, written when it was built
 
 
 def c_compiler() -> str | None:
@@ -52,6 +66,81 @@ def c_compiler() -> str | None:
 
 def cache_folder() -> Path:
     return Path(os.environ.get("LATENTLENS_CACHE", Path.home() / ".cache" / "latentlens"))
+
+
+@cache
+def compiler_version(compiler: str) -> str:
+    """The first line of ``compiler --version`` ("" where it prints none)."""
+    try:
+        done = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return next(iter(done.stdout.splitlines()), "")
+
+
+def check_own(path: Path) -> None:
+    """Refuse ``path`` unless it is this user's, no symbolic link, and writable by no one
+    else: a library loaded from a place another user can write runs their code."""
+    info = path.lstat()
+    problem = None
+    if stat.S_ISLNK(info.st_mode):
+        problem = "is a symbolic link"
+    elif info.st_uid != os.getuid():
+        problem = f"belongs to user id {info.st_uid}, not to this user ({os.getuid()})"
+    elif info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        problem = f"is writable by others (mode {stat.filemode(info.st_mode)})"
+    if problem:
+        raise RuntimeError(
+            f"{path} {problem}: latentlens loads its compiled kernels only from a cache that "
+            "is yours alone; remove it, or set LATENTLENS_CACHE to a folder of your own"
+        )
+
+
+def own_folder(folder: Path) -> None:
+    """Make ``folder`` (this user's alone, mode 700) where missing, and check it and every
+    folder above it up to the cache folder with :func:`check_own`."""
+    root = cache_folder()
+    chain = [folder, *folder.relative_to(root).parents]  # folder, ..., "." (the root)
+    for relative in reversed(chain[1:]):
+        part = root / relative
+        if not part.exists():
+            part.mkdir(mode=0o700, parents=True, exist_ok=True)
+        check_own(part)
+    folder.mkdir(mode=0o700, exist_ok=True)
+    check_own(folder)
+
+
+def sha256_of(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def trusted(library: Path) -> bool:
+    """Whether ``library`` is one this user built (checked before it is loaded): False
+    where it has no recorded digest (a cache from before digests: built again); an error
+    where it is not this user's or differs from its digest."""
+    check_own(library)
+    record = library.with_suffix(DIGEST)
+    if not record.exists():
+        return False
+    check_own(record)
+    if record.read_text().strip() != sha256_of(library):
+        raise RuntimeError(
+            f"{library} differs from the SHA-256 recorded when it was built ({record}): "
+            "something replaced it; remove its folder to build it again"
+        )
+    return True
+
+
+def failed_before(marker: Path) -> str | None:
+    """The compiler's errors of a build of this setting that failed less than
+    :data:`RETRY_FAILED_AFTER` ago, else None (an older failure is forgotten)."""
+    if not marker.exists():
+        return None
+    check_own(marker)
+    if time.time() - marker.stat().st_mtime > RETRY_FAILED_AFTER:
+        marker.unlink(missing_ok=True)
+        return None
+    return marker.read_text()
 
 
 def cpu_identity() -> str:
@@ -108,46 +197,59 @@ def load(name: str, defines: tuple[tuple[str, int], ...] = ()) -> ctypes.CDLL:
             "without --fused"
         )
     source = HERE / f"{name}.c"
-    result = None
+    result = openmp_error = None
     for parallel in (OPENMP, WITHOUT_OPENMP):
         flags = [*FLAGS, *(f"-D{macro}={value}" for macro, value in defines), parallel]
-        setting = [" ".join(flags), compiler, cpu_identity()]
+        setting = [" ".join(flags), compiler, compiler_version(compiler), cpu_identity()]
         texts = [path.read_bytes() for path in (source, *local_includes(source))]
         key = hashlib.sha256(b"\0".join([*texts, *map(str.encode, setting)]))
         library = cache_folder() / "kernels" / key.hexdigest()[:16] / f"{name}.so"
-        failed = library.with_suffix(".failed")  # this setting's errors, not retried
-        if failed.exists():
-            result = failed.read_text()
-            continue
-        if library.exists() or (result := build(compiler, flags, source, library)) is None:
-            if parallel == WITHOUT_OPENMP:
-                warnings.warn(
-                    f"the fused CPU kernel {name}.c was built without OpenMP ({compiler} "
-                    f"could not build {OPENMP}), so it runs on one thread; install OpenMP "
-                    "(e.g. libomp-dev for clang) for parallel kernels",
-                    stacklevel=2,
-                )
-            return ctypes.CDLL(str(library))
-        if parallel == OPENMP:
-            partial = failed.with_name(f"{failed.name}.{os.getpid()}")
-            partial.write_text(result)
-            os.replace(partial, failed)
+        own_folder(library.parent)
+        failed = library.with_suffix(".failed")  # this setting's errors, for a day
+        if (result := failed_before(failed)) is None:
+            if not (library.exists() and trusted(library)):
+                result = build(compiler, flags, source, library)
+            if result is None:
+                if parallel == WITHOUT_OPENMP:
+                    warnings.warn(
+                        f"the fused CPU kernel {name}.c was built without OpenMP ({compiler} "
+                        f"could not build {OPENMP}: {first_line(openmp_error or '')}), so it "
+                        "runs on one thread; install OpenMP (e.g. libomp-dev for clang) for "
+                        "parallel kernels",
+                        stacklevel=2,
+                    )
+                return ctypes.CDLL(str(library))
+            if parallel == OPENMP:
+                partial = failed.with_name(f"{failed.name}.{os.getpid()}")
+                partial.write_text(result)
+                os.replace(partial, failed)
+        openmp_error = result
     raise RuntimeError(
         f"building the fused CPU kernel {name}.c with {compiler} failed; train "
         f"without --fused, or report this output:\n{result}"
     )
 
 
+def first_line(text: str) -> str:
+    """The first line of a compiler's errors that says something (not "In function")."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return next((line for line in lines if "error" in line.lower()), lines[0] if lines else "")
+
+
 def build(compiler: str, flags: list[str], source: Path, library: Path) -> str | None:
-    """Compile ``source`` into ``library`` (written whole or not at all); the compiler's
-    errors where it fails, else None."""
-    library.parent.mkdir(parents=True, exist_ok=True)
+    """Compile ``source`` into ``library`` (written whole or not at all, with its SHA-256
+    beside it, the digest first); the compiler's errors where it fails, else None."""
     with tempfile.TemporaryDirectory(dir=library.parent) as scratch:
         built = Path(scratch) / library.name
         result = subprocess.run(
             [compiler, *flags, "-o", str(built), str(source)], capture_output=True, text=True
         )
         if result.returncode:
-            return result.stderr.strip()
+            return result.stderr.strip() or f"{compiler} exited with {result.returncode}"
+        built.chmod(0o700)
+        record = Path(scratch) / library.with_suffix(DIGEST).name
+        record.write_text(sha256_of(built) + "\n")
+        record.chmod(0o600)
+        os.replace(record, library.with_suffix(DIGEST))
         os.replace(built, library)
     return None
