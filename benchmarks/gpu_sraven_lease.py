@@ -14,6 +14,9 @@ of 3-seed vmapped groups, and 9 single-seed processes, each for ``--rate-seconds
 paper's schedule (its steps/s read off the evaluations' times, compile excluded), writes the
 rates to /tmp/latentlens-lease/rates.json, then runs benchmarks/gpu_side_by_side.py (the
 official JAX code beside latentlens, one process each) with that many seconds' deadline.
+Compiling and capturing takes about 55 s a process (the H200 of 2026-11-27, where 9 singles
+compiling at once had not stepped after 55 s): ``--rate-seconds 0`` skips the rates, and
+``train`` then plans with that lease's.
 
 ``train`` trains the 9 runs the faster way for ``--budget`` seconds in all: the paper's
 schedule (warm-up 1,000, cosine to lr/10) scaled to the steps that fit the budget at the
@@ -144,7 +147,7 @@ def rate_of(samples: list[tuple[float, int]]) -> tuple[float, float] | None:
 def measure(args: argparse.Namespace) -> int:
     out = args.out
     result: dict[str, dict] = {}
-    for kind in ("groups", "singles"):
+    for kind in ("groups", "singles") if args.rate_seconds > 0 else ():
         folder = LEASE / f"rate-{kind}"
         log(f"rate of {kind}: {args.rate_seconds} s", out)
         processes, seen = launch(kind, folder, PAPER_STEPS, 500, args.rate_seconds, args.smoke)
@@ -183,9 +186,10 @@ def plan(budget: float) -> tuple[str, int, float]:
     slowest run's rate (in thousands, at most the paper's), and that rate."""
     path = LEASE / "rates.json"
     rates = json.loads(path.read_text()) if path.is_file() else {}
-    if not rates:  # a fresh machine: the H200 rate of 2026-11-26's groups (5 at once)
-        rates = {"groups": {"slowest_run_steps_per_s": 70.0, "start_s": 60.0,
-                            "seed_steps_per_s": 630.0}}  # fmt: skip
+    if not rates:  # a fresh machine: HYLA's group beside the two others on the H200 of
+        # 2026-11-27 (benchmarks/results/h200_2026-11-27b: 28,000 steps in ~355 s)
+        rates = {"groups": {"slowest_run_steps_per_s": 79.0, "start_s": 60.0,
+                            "seed_steps_per_s": 711.0}}  # fmt: skip
     kind = max(rates, key=lambda k: rates[k]["seed_steps_per_s"])
     chosen = rates[kind]
     # the compile cache is warm now: start-up takes at most what it took in the measure
