@@ -30,6 +30,11 @@ def add_atlas_parser(commands: argparse._SubParsersAction) -> None:
     atlas.add_argument("--seq-len", type=int, default=32, help="tokens per sequence (default: 32)")
     atlas.add_argument("--seed", type=int, default=0)
     atlas.add_argument(
+        "--batch-size", type=int, default=128,
+        help="pairs per forward pass when reading the codes (default: %(default)s; lower it "
+        "where a large model or long text runs out of memory)",
+    )  # fmt: skip
+    atlas.add_argument(
         "--random-weights", action="store_true", help="the architecture with random weights"
     )
     atlas.add_argument(
@@ -71,6 +76,7 @@ def run_atlas_command(args: argparse.Namespace) -> int:
 
     limits = (  # bounded before anything loads: 10**18 pairs would never return
         ("--examples", args.examples, 1, 1_000_000),
+        ("--batch-size", args.batch_size, 1, 65_536),
         ("--seq-len", args.seq_len, 2, 8192),
         ("--ablation-examples", args.ablation_examples, 1, 4096),
         ("--detector-stories", args.detector_stories, 0, 256),
@@ -82,7 +88,7 @@ def run_atlas_command(args: argparse.Namespace) -> int:
     results = run_atlas(
         args.model, out, args.examples, args.seq_len, args.device, args.seed,
         args.random_weights, not args.no_ablation, args.relation, args.padding_side,
-        args.detector_stories, args.ablation_examples, args.prompt,
+        args.detector_stories, args.ablation_examples, args.prompt, args.batch_size,
     )  # fmt: skip
     overall = results["decoding"][0]
     print(

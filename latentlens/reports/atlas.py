@@ -322,6 +322,7 @@ def run_atlas(
     detector_stories: int = 8,
     ablation_examples: int = ABLATION_EXAMPLES,
     prompt: str | None = None,
+    batch_size: int = 128,
 ) -> dict[str, Any]:
     """Load ``model_name``, build its pairs of ``relation``, compute and write the atlas,
     with which query heads share key/value heads and the head detector's head types
@@ -330,7 +331,7 @@ def run_atlas(
     detector's induction heads (a few forward passes) score the next token, so they run
     on causal language models only. The report's attention viewer shows ``prompt`` (default:
     a story of the text relations' grammar with its second sentence repeated); a model
-    without a tokenizer gets none."""
+    without a tokenizer gets none. ``batch_size``: pairs per forward pass reading codes."""
     from latentlens.pretrained.language_model import (  # noqa: PLC0415
         key_value_groups,
         load_language_model,
@@ -342,7 +343,7 @@ def run_atlas(
     causal = type(model.original_model).__name__.endswith(("ForCausalLM", "LMHeadModel"))
     results = latent_atlas(
         model, pairs, name, seed=seed, ablation=ablation and causal,
-        ablation_examples=ablation_examples, causal=causal,
+        ablation_examples=ablation_examples, causal=causal, batch_size=batch_size,
     )  # fmt: skip
     results["key_value_groups"] = key_value_groups(model)
     if detector_stories:
