@@ -198,10 +198,11 @@ def _per_layer_bars(ax, rows: Sequence[dict], per_layer: Sequence[dict]) -> None
     ax.plot(x, [r["chance"] for r in per_layer], "k_", markersize=width, label="chance")
     bands = [r.get("shuffled_band") for r in per_layer]
     if all(band is not None for band in bands):
-        mean = np.array([r["shuffled"] for r in per_layer])
-        band = f"{per_layer[0]['permutations']} label permutations (5th–95th %)"
-        spread = [mean - [b[0] for b in bands], [b[1] for b in bands] - mean]
-        ax.errorbar(x, mean, yerr=spread, fmt="r_", markersize=width, capsize=2, lw=1, label=band)
+        label = f"{per_layer[0]['permutations']} label permutations: mean, 5th–95th %"
+        # a band and its mean apart: a skewed band (one permutation's R² far below the
+        # others) can put the mean outside its 5th-95th percentiles
+        ax.vlines(x, [b[0] for b in bands], [b[1] for b in bands], color="r", lw=1.5)
+        ax.plot(x, [r["shuffled"] for r in per_layer], "r_", markersize=width, label=label)
         # each layer's p-value under it where they fit (else in the probe's table)
         ticks = [
             f"{layer}\np={r['p_value']:.2f}" if len(layers) <= 12 else str(layer)

@@ -195,8 +195,11 @@ def test_a_thirty_layer_decoding_figure_writes_no_cell_numbers_and_few_ticks() -
     assert len(heatmap.texts) == 0
     assert len(heatmap.get_yticklabels()) <= 16 and len(bars.get_xticklabels()) <= 16
     assert len(bars.texts) == 0  # no value over 30 pairs of bars
-    band = [c for c in bars.containers if type(c).__name__ == "ErrorbarContainer"]
-    assert len(band) == 1 and len(band[0].lines[2][0].get_segments()) == 30
+    [band] = [c for c in bars.collections if type(c).__name__ == "LineCollection"]
+    assert len(band.get_segments()) == 30
+    skewed = deep_decoding(2, 4)  # a mean below its 5th percentile (an outlying permutation)
+    skewed[1] |= {"shuffled": -3.0, "shuffled_band": [-0.1, 0.4]}
+    decoding_by_head({"decoding": skewed})  # drawn: once an error ("yerr" negative)
     small = decoding_by_head({"decoding": deep_decoding(2, 4)})
     assert len(small.axes[0].texts) == 8  # a small grid keeps its numbers
     assert "p=0.05" in small.axes[1].get_xticklabels()[0].get_text()

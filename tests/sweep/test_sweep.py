@@ -337,8 +337,16 @@ def test_a_cell_stops_by_the_deadline_checkpointed_and_resumes_bit_equal(
     cell = tmp_path / "cell"
     monkeypatch.setattr(sweep_run, "MINIMUM_SLICE", 0.0)  # a slice of seconds, here
     threads = torch.get_num_threads()
+    step = Trainer.train_step
+
+    def slowed(trainer: Trainer) -> torch.Tensor:  # 1,000 steps take 5 s on any machine
+        time.sleep(0.005)
+        return step(trainer)
+
     try:
+        monkeypatch.setattr(Trainer, "train_step", slowed)
         [paused] = sweep_run.train_group([str(cell)], [config], "cpu", time.time() + 2.0)
+        monkeypatch.setattr(Trainer, "train_step", step)
         assert not paused["finished"] and 0 < paused["seconds"] < 30
         stopped_at = list_checkpoints(cell / "checkpoints")[-1][0]
         assert 0 < stopped_at < 1000
