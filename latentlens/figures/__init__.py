@@ -14,7 +14,12 @@ from latentlens.figures.routing import fuse_weight_curves, load_fuse_weights, ro
 from latentlens.figures.save import figure_svg, save_figure, save_plotly
 from latentlens.figures.token_viewer import TokenAttention, TokenViewer, token_attention
 from latentlens.figures.tracking import tracked_array
-from latentlens.figures.training import decoding_curves, metric_curves, translation_quality_curves
+from latentlens.figures.training import (
+    decoding_curves,
+    logic_latents_curves,
+    metric_curves,
+    translation_quality_curves,
+)
 from latentlens.training.tracked_file import TrackedArray, load_tracked
 
 __all__ = [
@@ -25,6 +30,7 @@ __all__ = [
     "code_embedding_plotly",
     "decoding_by_head",
     "decoding_curves",
+    "logic_latents_curves",
     "figure_svg",
     "fuse_weight_curves",
     "head_ablation",

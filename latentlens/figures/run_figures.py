@@ -21,6 +21,7 @@ from latentlens.figures.tracking import tracked_array
 from latentlens.figures.training import (
     decoding_curves,
     logged_metrics,
+    logic_latents_curves,
     metric_curves,
     metric_records,
     translation_quality_curves,
@@ -56,7 +57,8 @@ def run_figures(
 ) -> dict[str, Path]:
     """Draw what ``run_dir`` holds: the curves of every metric it logs (always; the task's
     as ``metrics``, the others as ``metrics_{name}``, the loss on a log scale), decoding
-    over training (``tracking/latent_decoding.jsonl``), CTER and BLEU over training
+    over training (``tracking/latent_decoding.jsonl``), the official code's
+    ``r2_attn_latent`` over training (``tracking/logic_latents.jsonl``), CTER and BLEU over training
     (``tracking/translation_quality.jsonl``), tracked arrays (``tracking/*.safetensors``)
     and, after ``latentlens probe``, decoding per head, code embeddings (also interactive
     HTML), head ablations and structure scores. Returns ``{figure name: first file
@@ -84,6 +86,8 @@ def run_figures(
     )
     if read_jsonl(directory.tracking / "latent_decoding.jsonl"):
         keep("decoding_over_training", decoding_curves({label: run}))
+    if read_jsonl(directory.tracking / "logic_latents.jsonl"):
+        keep("logic_latents_over_training", logic_latents_curves({label: run}))
     if read_jsonl(directory.tracking / "translation_quality.jsonl"):
         keep("translation_quality", translation_quality_curves({label: run}))
     for path in sorted(directory.tracking.glob("*.safetensors")):

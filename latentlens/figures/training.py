@@ -227,6 +227,29 @@ def decoding_curves(
     return figure
 
 
+def logic_latents_curves(
+    runs: Mapping[str, str | Path], file_name: str = "logic_latents.jsonl"
+) -> Figure:
+    """The official code's ``r2_attn_latent`` over training, one line per run (what
+    :class:`~latentlens.probes.official.LogicLatentsTracker` records at every evaluation)."""
+    if not runs:
+        raise ValueError("logic_latents_curves needs at least one run")
+    figure = Figure(figsize=(5.0, 3.4), layout="constrained")
+    ax = figure.subplots()
+    for label, path in runs.items():
+        records = read_jsonl(RunDirectory(path).tracking / file_name)
+        if not records:
+            raise ValueError(f"{path} has no tracking/{file_name}: train it with the tracker")
+        ax.plot([r["step"] for r in records], [r["r2_attn_latent"] for r in records], label=label)
+    ax.axhline(0.0, color="k", linewidth=0.8)
+    step_axis(ax)
+    ax.set_ylabel("r2_attn_latent (official protocol)")
+    ax.set_title("term bits from the last self-codes, training combinations")
+    ax.grid(alpha=0.3)
+    ax.legend(frameon=False, fontsize="small")
+    return figure
+
+
 def translation_quality_curves(
     runs: Mapping[str, str | Path], file_name: str = "translation_quality.jsonl"
 ) -> Figure:

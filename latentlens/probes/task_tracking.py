@@ -10,17 +10,22 @@ from typing import Any
 
 import torch
 
+from latentlens.probes.official import LogicLatentsTracker
 from latentlens.probes.tracking import LatentDecodingTracker
 from latentlens.probes.translation import TranslationQualityTracker
 from latentlens.training import ActivationRecorder, Callback, QuantityRecorder
 
 
 def tracking_callbacks(config: dict[str, Any]) -> list[Callback]:
-    """The recorders a run of ``config`` (a resolved run config) needs: modular-icl decodes
+    """The recorders a run of ``config`` (a resolved run config) needs: fuzzy logic records
+    the official code's ``r2_attn_latent`` (:mod:`latentlens.probes.official`), as its
+    ``LogicLatents`` callback logs it; modular-icl decodes
     z from every layer (fit in-distribution, R² out-of-distribution); translation records
     CTER and BLEU, the fuse weights (mean per layer and source layer) of a FUSION model and
     the routing matrix of a layer connection. Other tasks record nothing over training."""
     task = config["task"]["name"]
+    if task == "fuzzy-logic":
+        return [LogicLatentsTracker()]
     if task == "modular-icl":
         return [LatentDecodingTracker(examples=config["train"]["eval_examples"])]
     if task == "translation":
