@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from latentlens.sweep.address import check_reachable
 from latentlens.sweep.reaper import ray_instance
 from latentlens.sweep.spec import MAX_CELLS, Cell, SweepSpec
 from latentlens.training.checkpoint import atomic_write_bytes
@@ -286,6 +287,8 @@ def run_sweep(
         )
     deadline = None if time_budget is None else time.time() + time_budget
     ray = require_ray()
+    if address is not None:
+        check_reachable(address)
     out = Path(out)
     cells = spec.cells(max_cells)  # every config resolved before anything starts
     with sweep_lock(out):

@@ -498,3 +498,26 @@ def test_a_cell_counts_as_running_while_its_run_is_locked(tmp_path) -> None:
     assert json.loads((tmp_path / "sweep.json").read_text())["cells"] == states
     assert being_written(tmp_path / "writing") is False  # released
     assert being_written(tmp_path / "gone") is None
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1:1", "ray://127.0.0.1:1"])
+def test_a_dead_address_is_a_named_error_within_15_seconds(tmp_path, capsys, address) -> None:
+    """Round three (#71): --address 127.0.0.1:1 hung for over 150 s in Ray's retries and
+    ray://127.0.0.1:1 took 40 s. Only loopback ports where nothing listens are targets."""
+    spec = write_spec(tmp_path / "spec.json", {"train.seed": [0]})
+    start = time.monotonic()
+    assert main(["sweep", str(spec), "--out", str(tmp_path / "out"), "--address", address]) == 2
+    assert time.monotonic() - start < 15
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"--address {address}: nothing answers there" in err
+
+
+def test_addresses_that_are_not_rays_are_named() -> None:
+    from latentlens.sweep.address import host_and_port
+
+    assert host_and_port("ray://10.0.0.2:10001") == ("10.0.0.2", 10001)
+    assert host_and_port("head:6379") == ("head", 6379) and host_and_port("auto") is None
+    with pytest.raises(ValueError, match="has no port"):
+        host_and_port("head")
+    with pytest.raises(ValueError, match="is not a Ray address"):
+        host_and_port("http://head:80")
