@@ -10,10 +10,17 @@ import math
 from dataclasses import asdict, fields
 from typing import Any, TypeVar
 
+# The largest size or count a config takes (2^31 - 1): larger ones overflow the 32-bit
+# indices of kernels and libraries before any memory check could name them (--d-model 2**63
+# ended in a C++ backtrace); what fits in memory is checked when a model is built.
+MAX_SIZE = 2**31 - 1
 
-def require_positive(owner: str, name: str, value: Any) -> None:
+
+def require_positive(owner: str, name: str, value: Any, most: int = MAX_SIZE) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise ValueError(f"{owner}.{name}={value!r} is invalid: it must be a positive integer")
+    if value > most:
+        raise ValueError(f"{owner}.{name}={value:,} is invalid: at most {most:,}")
 
 
 def require_non_negative(owner: str, name: str, value: Any, integer: bool = False) -> None:

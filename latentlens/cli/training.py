@@ -289,6 +289,7 @@ def run_train(args: argparse.Namespace) -> int:
     )
     from latentlens.training.distributed import shutdown_distributed
     from latentlens.training.loggers import experiment_loggers
+    from latentlens.training.notes import size_notes
 
     if args.init_from:  # zoo:NAME too
         args.init_from = str(resolve_runs([Path(args.init_from)])[0])
@@ -341,7 +342,8 @@ def run_train(args: argparse.Namespace) -> int:
                 if args.config is None:
                     raise
                 raise ValueError(f"--config {args.config} (and the flags): {err}") from None
-            for note in TrainConfig.from_dict(config["train"]).schedule_notes():
+            notes = TrainConfig.from_dict(config["train"]).schedule_notes() + size_notes(config)
+            for note in notes:
                 print(f"warning: {note}", file=sys.stderr)
             kind = "" if args.model in ("transformer", "vanilla") else f"{args.model}-"
             if args.seeds:

@@ -286,15 +286,37 @@ def run_sweep(
             f"time_budget={time_budget} is invalid: give the seconds the sweep may take"
         )
     deadline = None if time_budget is None else time.time() + time_budget
+    out = Path(out)
+    cells = spec.cells(max_cells)  # every config resolved before anything starts
+    if address is None:  # a local sweep: every cell fits this machine, checked before Ray
+        for cell in cells:
+            check_cell_fits(cell, device)
     ray = require_ray()
     if address is not None:
         check_reachable(address)
-    out = Path(out)
-    cells = spec.cells(max_cells)  # every config resolved before anything starts
     with sweep_lock(out):
         return _sweep_cells(
             cells, out, ray, address, device, num_cpus, group_seeds, deadline, fused
         )
+
+
+def check_cell_fits(cell: Cell, device: str) -> None:
+    """The memory check ``latentlens train`` makes (:func:`check_fits`), for one cell on
+    this machine's ``device``, naming the cell."""
+    import torch
+
+    from latentlens.models import model_config, resolve_model_kind
+    from latentlens.training.memory import check_fits
+
+    config = cell.config
+    kind = resolve_model_kind(config.get("model_kind", "transformer"))
+    target = torch.device("cuda" if device == "auto" and torch.cuda.is_available() else
+                          "cpu" if device == "auto" else device)  # fmt: skip
+    try:
+        check_fits(kind, model_config(kind, config["model"]), config["train"]["batch_size"],
+                   target)  # fmt: skip
+    except ValueError as err:
+        raise ValueError(f"cell {cell.name}: {err}") from None
 
 
 @contextmanager

@@ -25,6 +25,7 @@ import itertools
 import json
 import math
 import re
+import string
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,46 @@ SECTIONS = ("model", "task", "train")
 MAX_CELLS = 10_000
 # What a cell's name may hold: it is one folder inside the sweep's --out
 NAME_CHARACTERS = re.compile(r"[^A-Za-z0-9._=,+-]")
+
+
+# A name template's format spec: fill and align, sign, zero, a width, a grouping, a
+# precision and a type, as in "{lr:.0e}" or "{seed:03d}"; nothing nested.
+FORMAT_SPEC = re.compile(
+    r"(.?[<>^=])?[+\- ]?#?0?(?P<width>\d+)?[,_]?(\.(?P<precision>\d+))?[a-zA-Z%]?"
+)
+MAX_WIDTH = 64  # characters a field of a cell's name may be padded to
+
+
+def check_name_template(template: str, fields: dict[str, Any], where: str) -> None:
+    """A cell-name template holds ``{field}`` and ``{field:format}`` of the axes' fields
+    alone: no attribute or index access, no conversion, no nested field, widths of at
+    most :data:`MAX_WIDTH` (``{seed:>1000000000}`` asked for a gigabyte)."""
+    try:
+        parsed = list(string.Formatter().parse(template))
+    except ValueError as err:
+        raise ValueError(f"{where}: name {template!r} is not a template ({err})") from None
+    for _, field, spec, conversion in parsed:
+        if field is None:
+            continue
+        if field not in fields:
+            raise ValueError(
+                f"{where}: name {template!r} uses {{{field}}}, which is no axis's field (a "
+                f"template names fields alone, without . or [ ]); the axes' fields: "
+                f"{', '.join(fields)}"
+            )
+        match = FORMAT_SPEC.fullmatch(spec or "")
+        if conversion is not None or match is None:
+            raise ValueError(
+                f"{where}: name {template!r}: {{{field}{'!' + conversion if conversion else ''}"
+                f"{':' + spec if spec else ''}}} is not a field with a plain format; write "
+                'e.g. "{seed}" or "{lr:.0e}"'
+            )
+        for part in ("width", "precision"):
+            if match[part] and int(match[part]) > MAX_WIDTH:
+                raise ValueError(
+                    f"{where}: name {template!r}: the {part} {int(match[part]):,} of "
+                    f"{{{field}:{spec}}} is over {MAX_WIDTH}"
+                )
 
 
 def cell_name(values: dict[str, Any], template: str | None = None) -> str:
@@ -124,17 +165,13 @@ class SweepSpec:
                 raise ValueError(f"{where}: axis {axis!r} needs a non-empty list of values")
         if "name" in data:
             fields = {str(axis).partition(".")[2]: values[0] for axis, values in axes.items()}
+            check_name_template(data["name"], fields, where)
             try:
                 data["name"].format_map(fields)
-            except KeyError as err:
+            except (KeyError, ValueError, IndexError, TypeError) as err:
                 raise ValueError(
-                    f"{where}: name {data['name']!r} uses {{{err.args[0]}}}, which is no "
-                    f"axis's field; the axes' fields: {', '.join(fields)}"
-                ) from None
-            except (ValueError, IndexError) as err:
-                raise ValueError(
-                    f"{where}: name {data['name']!r} is not a template ({err}); write each "
-                    'axis\'s field in braces, as in "{attention}-s{seed}"'
+                    f"{where}: name {data['name']!r} does not format the axes' values ({err}); "
+                    'write each axis\'s field in braces, as in "{attention}-s{seed}"'
                 ) from None
         return cls(str(data["task"]), str(data.get("model", "transformer")),
                    {s: dict(base.get(s) or {}) for s in SECTIONS},

@@ -521,3 +521,63 @@ def test_addresses_that_are_not_rays_are_named() -> None:
         host_and_port("head")
     with pytest.raises(ValueError, match="is not a Ray address"):
         host_and_port("http://head:80")
+
+
+@pytest.mark.parametrize(
+    ("template", "message"),
+    [
+        ("{seed:>1000000000}", "width 1,000,000,000 .* is over 64"),
+        ("{seed.__class__.__mro__}", r"uses \{seed.__class__.__mro__\}, which is no axis's"),
+        ("{seed[0]}", "which is no axis's field"),
+        ("{seed!r}", "is not a field with a plain format"),
+        ("{seed:{seed}}", "is not a field with a plain format"),
+        ("{seed:.99f}", "precision 99"),
+    ],
+)
+def test_name_templates_take_fields_and_bounded_formats_alone(template, message) -> None:
+    """Round three (#71): a width of a billion grew to 3.1 GB, attribute access was
+    accepted; both are refused when the spec is read."""
+    with pytest.raises(ValueError, match=message):
+        SweepSpec.from_dict({"task": "fuzzy-logic", "base": BASE, "name": template,
+                             "axes": {"train.seed": [0]}})  # fmt: skip
+    named = SweepSpec.from_dict({"task": "fuzzy-logic", "base": BASE, "name": "{seed:03d}-{lr:.0e}",
+                                 "axes": {"train.seed": [7], "train.lr": [1e-3]}})  # fmt: skip
+    assert [cell.name for cell in named.cells()] == ["007-1e-03"]
+
+
+def test_every_number_of_a_spec_is_checked_before_ray_starts(tmp_path, capsys, monkeypatch) -> None:
+    """Sizes beyond 2^31 - 1 are refused as the configs resolve, and a local sweep's cells
+    must fit this machine's memory, as `latentlens train` checks (d_model 1e18 failed inside
+    a Ray worker; steps 10^12 trained): all before Ray is imported."""
+    from latentlens.sweep import run as sweep_run
+
+    monkeypatch.setattr(sweep_run, "require_ray", lambda: pytest.fail("Ray was started"))
+    for axis, value, message in (
+        ("train.steps", 10**12, "TrainConfig.steps=1,000,000,000,000 is invalid: at most"),
+        ("model.d_model", 2**63, "d_model=9,223,372,036,854,775,808 is invalid: at most"),
+        ("model.d_mlp", 2**30, "cell d_mlp=1073741824: the model does not fit"),
+    ):
+        spec = write_spec(tmp_path / "spec.json", {axis: [value]})
+        assert main(["sweep", str(spec), "--out", str(tmp_path / "out")]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and re.search(message, err), err
+
+
+def test_a_model_far_larger_than_its_task_needs_is_named(tmp_path, capsys) -> None:
+    """--n-layers 20000 started a 60M-parameter run on a tiny task without a word (#71): a
+    model over 100 times its task's reference is named before it is built (here one that
+    then does not fit, refused at once)."""
+    from latentlens.training import TrainConfig, Trainer, model_for_task
+    from latentlens.training.notes import size_notes
+
+    assert main(["train", "--d-mlp", str(2**27), "--device", "cpu", "--quiet",
+                 "--run-dir", str(tmp_path / "run")]) == 2  # fmt: skip
+    err = capsys.readouterr().err
+    assert "times the reference's 151,009 for fuzzy-logic: check --n-layers" in err
+    assert "the model does not fit" in err
+    config = Trainer.resolve_config("fuzzy-logic", model_for_task("fuzzy-logic", n_layers=300),
+                                    TrainConfig.for_task("fuzzy-logic"))  # fmt: skip
+    assert "149 times the reference's" in size_notes(config)[0]
+    reference = Trainer.resolve_config("fuzzy-logic", model_for_task("fuzzy-logic"),
+                                       TrainConfig.for_task("fuzzy-logic"))  # fmt: skip
+    assert size_notes(reference) == []
