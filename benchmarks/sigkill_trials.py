@@ -3,7 +3,7 @@ is bit for bit the uninterrupted run's: metrics.jsonl and every tensor of the fi
 checkpoint.
 
     python benchmarks/sigkill_trials.py [--trials 30] [--seed 0] [--out runs/sigkill]
-                                        [--seeds 2 [--between-writes]]
+                                        [--seeds 2 [--between-writes [--every-save]]]
 
 Each trial starts the same small run, kills it after a random delay drawn from the
 uninterrupted run's wall time (so kills land in start-up, training, evaluation and
@@ -16,7 +16,9 @@ directory per seed, resumed with ``train --resume`` of them all), every seed's r
 compared with the uninterrupted group's. ``--between-writes`` aims each kill at the moment
 a group writes its seeds' checkpoints one after another: it watches the run directories
 and kills as soon as the first seed holds a checkpoint the last does not yet (each trial
-line says whether the kill caught them apart, the state a group resume must rewind).
+line says whether the kill caught them apart, the state a group resume must rewind), at
+a save drawn from every save the run makes, the first among them; ``--every-save`` aims
+trial ``i`` at the ``i``-th save instead (as many trials as saves but the last).
 """
 
 from __future__ import annotations
@@ -104,11 +106,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=0, help="train a group of this many seeds")
     parser.add_argument("--between-writes", action="store_true",
                         help="kill while a group writes its seeds' checkpoints")  # fmt: skip
+    parser.add_argument(
+        "--every-save",
+        action="store_true",
+        help="with --between-writes: trial i kills at the i-th save",
+    )
     args = parser.parse_args(argv)
     if args.trials < 1:
         parser.error("--trials must be at least 1")
     if args.seeds == 1 or args.seeds < 0 or (args.between_writes and args.seeds < 2):
         parser.error("--seeds takes 2 or more (a group); --between-writes needs one")
+    if args.every_save and not args.between_writes:
+        parser.error("--every-save aims the kills of --between-writes: give both")
     shutil.rmtree(args.out, ignore_errors=True)
     args.out.mkdir(parents=True)
     reference = args.out / "reference"
@@ -116,9 +125,14 @@ def main(argv: list[str] | None = None) -> int:
     if train(reference, args.seeds).wait() != 0:
         raise SystemExit("the uninterrupted reference run failed")
     wall = time.perf_counter() - start
-    steps = [
-        step for step, _ in list_checkpoints(runs_of(reference, args.seeds)[0] / "checkpoints")
-    ]
+    # the saves a kill can fall between: after step s, before the next (-1: the first save)
+    every, total = (
+        int(FLAGS[FLAGS.index("--eval-every") + 1]),
+        int(FLAGS[FLAGS.index("--steps") + 1]),
+    )
+    boundaries = [-1, *range(every, total, every)]
+    if args.every_save:
+        args.trials = len(boundaries)
     rng = random.Random(args.seed)
     exact = 0
     for trial in range(args.trials):
@@ -127,7 +141,8 @@ def main(argv: list[str] | None = None) -> int:
         victim = train(run, args.seeds)
         start = time.perf_counter()
         if args.between_writes:
-            kill_between_writes(victim, runs, after=rng.choice(steps[:-1]) if steps else -1)
+            after = boundaries[trial] if args.every_save else rng.choice(boundaries)
+            kill_between_writes(victim, runs, after=after)
         else:
             time.sleep(rng.uniform(0.0, wall))
             victim.send_signal(signal.SIGKILL)

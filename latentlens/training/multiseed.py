@@ -76,14 +76,17 @@ def check_group_options(
 
 def common_checkpoint(run_dirs: Sequence[str | Path]) -> int | None:
     """The step a seed group's runs resume from when their newest checkpoints differ (a
-    group killed between its seeds' writes): the newest one every run holds; ``None`` when
-    they agree (each resumes from its newest) or some run has none. An error naming the
-    runs when no step is held by all."""
+    group killed between its seeds' writes): the newest one every run holds, 0 (the start)
+    where some run holds none yet (killed between its seeds' first writes); ``None`` when
+    they agree (each resumes from its newest). An error naming the runs when no step is
+    held by all."""
     held = [{step for step, _ in list_checkpoints(RunDirectory(run).checkpoints)}
             for run in run_dirs]  # fmt: skip
     newest = {max(steps) if steps else None for steps in held}
-    if len(newest) <= 1 or None in newest:
+    if len(newest) <= 1:
         return None
+    if None in newest:
+        return 0
     shared = set.intersection(*held)
     if not shared:
         steps = {str(run): max(steps) for run, steps in zip(run_dirs, held, strict=True)}

@@ -395,19 +395,21 @@ class Trainer:
         e.g. a lower ``lr`` after a divergence), recorded in the config's ``history``.
         ``rewind_to``: continue from the checkpoint of that step instead, deleting the newer
         ones (a seed group killed between its seeds' checkpoint writes rewinds the seeds
-        that got ahead: the group recomputes their newer steps exactly)."""
+        that got ahead: the group recomputes their newer steps exactly); 0 starts the run
+        again from its initial weights (the group was killed between its first writes)."""
         directory = RunDirectory(run_dir)
         with writing(directory) as lock:
             stored = directory.read_config()
             found = list_checkpoints(directory.checkpoints)
             if rewind_to is not None:
                 target = dict(found).get(rewind_to)
-                if target is None:
+                if target is None and rewind_to != 0:
                     raise CheckpointError(
                         f"{directory.checkpoints} has no checkpoint of step {rewind_to} to "
                         "rewind to; resume this run on its own"
                     )
-                load_checkpoint(target)  # verified before anything newer is deleted
+                if target is not None:
+                    load_checkpoint(target)  # verified before anything newer is deleted
                 for step, path in found:
                     if step > rewind_to and lock is not None:
                         path.unlink()

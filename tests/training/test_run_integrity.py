@@ -320,6 +320,30 @@ def test_the_sigkill_trial_script_finds_every_resume_bit_exact(tmp_path, capsys)
     assert caught and int(caught[1]) > int(caught[2]), printed
 
 
+def test_a_group_killed_between_its_seeds_first_saves_resumes_bit_exact(tmp_path, capsys) -> None:
+    """Round three (#71): killed after the first seed's first save, the group said "runs
+    are at different steps {s7: 10, s8: 0}; resume them one by one" and that advice was
+    not bit-exact. The one ahead now starts again from its initial weights with the
+    others: the kill aimed at the first save, resumed as a group, equals the uninterrupted
+    group's runs bit for bit."""
+    import importlib.util
+
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "sigkill_trials.py"
+    spec = importlib.util.spec_from_file_location("sigkill_trials", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch = pytest.MonkeyPatch()
+    monkeypatch.setattr(module, "FLAGS", [*module.FLAGS[:5], "40", *module.FLAGS[6:]])
+    try:  # 40 steps, saves at 20 and 40: a kill at the first save, one at the second
+        args = ["--seeds", "2", "--between-writes", "--every-save", "--out", str(tmp_path)]
+        assert module.main(args) == 0
+    finally:
+        monkeypatch.undo()
+    printed = capsys.readouterr().out
+    assert "2 trials, 2 bit-exact" in printed
+    assert re.search(r"trial 0: killed after .* \(step 20, no checkpoint\): bit-exact", printed)
+
+
 def test_files_of_random_bytes_and_damaged_metadata_are_named(tmp_path, capsys) -> None:
     from safetensors.torch import save_file
 
