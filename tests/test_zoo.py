@@ -48,6 +48,7 @@ def test_a_weights_file_that_does_not_match_its_card_is_refused(tmp_path, monkey
     name = NAMES[0]
     models = tmp_path / "models"
     shutil.copytree(zoo.MODELS / name, models / name)
+    shutil.copyfile(zoo.MODELS / zoo.MANIFEST, models / zoo.MANIFEST)
     weights = models / name / zoo.WEIGHTS
     data = bytearray(weights.read_bytes())
     data[-1] ^= 1  # one bit of the last weight
@@ -113,3 +114,68 @@ def test_zoo_add_takes_a_sweeps_own_wall_times_and_chosen_variants(tmp_path, mon
     (section / "sweep.json").unlink()
     with pytest.raises(SystemExit, match="neither .*timings.json nor .*sweep.json exists"):
         zoo_add.main(argv)
+
+
+def copied_zoo(tmp_path: Path, monkeypatch) -> Path:
+    """A copy of the zoo's folder (entries and manifest) the test may damage."""
+    models = tmp_path / "models"
+    shutil.copytree(zoo.MODELS, models)
+    monkeypatch.setattr(zoo, "MODELS", models)
+    return models
+
+
+def test_an_edited_card_or_a_linked_or_malformed_entry_is_refused(tmp_path, monkeypatch) -> None:
+    """Round three (#71): an edited split_seed, steps or metrics on a card was accepted, a
+    group folder linked from outside the package loaded as zoo:evil/v/s0, a card without
+    sha256 gave `unexpected error: KeyError`."""
+    from latentlens.zoo.build import write_manifest
+
+    models = copied_zoo(tmp_path, monkeypatch)
+    name = NAMES[0]
+    card_path = models / name / zoo.CARD
+    edited = json.loads(card_path.read_text())
+    edited["config"]["task"]["config"]["split_seed"] += 1
+    card_path.write_text(json.dumps(edited))
+    with pytest.raises(ValueError, match="card.json does not match the SHA-256 on the zoo's"):
+        zoo.load(name, device="cpu")
+    outside = tmp_path / "outside" / "v" / "s0"
+    shutil.copytree(zoo.MODELS / NAMES[1], outside)
+    (models / "evil").symlink_to(tmp_path / "outside")
+    del edited["sha256"]
+    card_path.write_text(json.dumps(edited))
+    monkeypatch.setattr("latentlens.zoo.build.MODELS", models)
+    write_manifest()  # a manifest that lists both, as a tamperer would write it
+    assert "evil/v/s0" in zoo.manifest() and "evil/v/s0" not in zoo.names()
+    with pytest.raises(ValueError, match="no zoo model named 'evil/v/s0'"):
+        zoo.load("zoo:evil/v/s0", device="cpu")
+    with pytest.raises(ValueError, match=f"{card_path} is malformed"):
+        zoo.load(name, device="cpu")
+
+
+def test_the_cached_run_directory_is_rebuilt_when_it_differs_from_the_card(cache: Path) -> None:
+    """Zeroing the cached checkpoint's weights, or editing its config.json, gave other
+    numbers with exit 0: both are found on the next load, which builds it again."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    name = NAMES[0]
+    run = zoo.run_directory(name)
+    expected = zoo.card(name)["evaluation"]["metrics"]["test"]["r2"]
+    [checkpoint] = run.glob("checkpoints/*.safetensors")
+    state = load_file(str(checkpoint))
+    save_file({k: torch.zeros_like(v) for k, v in state.items()}, str(checkpoint))
+    assert zoo.run_directory(name) == run
+    trainer = Trainer.load(run, device="cpu")
+    assert trainer.evaluate("test", 4096)["r2"] == pytest.approx(expected, rel=1e-5)
+    config = json.loads((run / "config.json").read_text())
+    config["task"]["config"]["split_seed"] += 1
+    (run / "config.json").write_text(json.dumps(config))
+    zoo.run_directory(name)
+    assert json.loads((run / "config.json").read_text()) == zoo.card(name)["config"]
+
+
+def test_the_manifest_lists_every_entry_and_its_files() -> None:
+    listed = zoo.manifest()
+    assert sorted(listed) == NAMES
+    for name in NAMES:
+        assert zoo.verified_entry(name) == zoo.MODELS / name

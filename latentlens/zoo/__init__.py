@@ -5,7 +5,12 @@ Each entry is a folder ``models/<group>/<variant>/<seed>`` holding the model's w
 (``metrics.jsonl``) and a model card (``card.json``): the run's full config (model, task and
 its split, training), how it was trained (command, steps, wall time, machine, latentlens
 version and commit), its metrics with their standard errors on a fixed evaluation set, and
-the SHA-256 of the weights file, which every load checks.
+the SHA-256 of the weights file. ``models/MANIFEST.json``, shipped with them, holds the
+SHA-256 of every file of every entry: each load checks the entry's files against it, so an
+edited card (its split, steps or metrics) is refused like damaged weights, and only entries
+it lists, inside the package's folder, are entries at all. The run directory a load builds
+in the cache is checked against the card each time (its config, and its checkpoint's
+digest, recorded when it was built) and built again where it differs.
 
     model, task = latentlens.zoo.load("fuzzy-logic-a1/hyla/s0")
     run = latentlens.zoo.run_directory("fuzzy-logic-a1/hyla/s0")  # for Trainer.load, probes
@@ -32,15 +37,31 @@ if TYPE_CHECKING:
 MODELS = Path(__file__).resolve().parent / "models"
 PREFIX = "zoo:"
 WEIGHTS, CARD, METRICS = "weights.safetensors", "card.json", "metrics.jsonl"
-# In a zoo run directory: the SHA-256 of the weights it was built from.
-STAMP = ".zoo-sha256"
+ENTRY_FILES = (CARD, WEIGHTS, METRICS)
+MANIFEST = "MANIFEST.json"
+# In a zoo run directory: the card's weights digest, config and checkpoint digest it was
+# built from, as JSON.
+STAMP = ".zoo-stamp.json"
+
+
+def manifest() -> dict[str, dict[str, str]]:
+    """``{entry name: {file name: SHA-256}}`` of the shipped zoo (empty without one)."""
+    path = MODELS / MANIFEST
+    if not path.is_file():
+        return {}
+    try:
+        return json.loads(path.read_text())
+    except ValueError:
+        raise ValueError(f"{path} is damaged; reinstall latentlens to restore the zoo") from None
 
 
 def names() -> list[str]:
-    """Every zoo entry's name (``group/variant/seed``), sorted."""
+    """Every zoo entry's name (``group/variant/seed``), sorted: the manifest's entries
+    whose folder lies inside the package's (a folder linked from elsewhere is none)."""
     if not MODELS.is_dir():
         return []
-    return sorted(str(card.parent.relative_to(MODELS)) for card in MODELS.glob(f"*/*/*/{CARD}"))
+    root = MODELS.resolve()
+    return sorted(name for name in manifest() if (MODELS / name).resolve().is_relative_to(root))
 
 
 def entry_path(name: str) -> Path:
@@ -54,19 +75,48 @@ def entry_path(name: str) -> Path:
     return MODELS / name
 
 
+def verified_entry(name: str) -> Path:
+    """Entry ``name``'s folder, once each of its files matches the manifest's SHA-256: a
+    missing, damaged or edited file is refused with a one-line error."""
+    folder = entry_path(name)
+    expected = manifest()[name.removeprefix(PREFIX)]
+    for file in ENTRY_FILES:
+        path = folder / file
+        if not path.is_file() or path.is_symlink():
+            raise ValueError(f"{path} is missing; reinstall latentlens to restore the zoo")
+        if file_sha256(path) != expected.get(file):
+            what = "its model card" if file == WEIGHTS else "the zoo's manifest"
+            raise ValueError(
+                f"{path} does not match the SHA-256 on {what} (damaged or replaced); "
+                "reinstall latentlens to restore it"
+            )
+    return folder
+
+
 def card(name: str) -> dict[str, Any]:
-    """Entry ``name``'s model card (``card.json``)."""
-    return json.loads((entry_path(name) / CARD).read_text())
+    """Entry ``name``'s model card (``card.json``), checked against the manifest and read
+    whole: a card without what a load needs is named."""
+    path = verified_entry(name) / CARD
+    try:
+        info = json.loads(path.read_text())
+        steps = info["training"]["steps"]
+        ok = isinstance(info["sha256"], str) and isinstance(info["config"], dict)
+        ok = ok and isinstance(steps, int) and not isinstance(steps, bool)
+    except (ValueError, KeyError, TypeError):
+        ok = False
+    if not ok:
+        raise ValueError(
+            f"{path} is malformed: a card holds config, sha256 and training.steps; "
+            "reinstall latentlens to restore it"
+        )
+    return info
 
 
 def verified_weights(name: str) -> Path:
-    """Entry ``name``'s weights file, after checking it against its card's SHA-256: a file
-    that does not match is refused with a one-line error."""
-    folder = entry_path(name)
-    weights, expected = folder / WEIGHTS, card(name)["sha256"]
-    if not weights.is_file():
-        raise ValueError(f"{weights} is missing; reinstall latentlens to restore the zoo")
-    if file_sha256(weights) != expected:
+    """Entry ``name``'s weights file, after checking it against its card's SHA-256 (and
+    every file of the entry against the manifest's)."""
+    weights = verified_entry(name) / WEIGHTS
+    if file_sha256(weights) != card(name)["sha256"]:
         raise ValueError(
             f"{weights} does not match the SHA-256 on its model card (damaged or replaced); "
             "reinstall latentlens to restore it"
@@ -94,8 +144,7 @@ def run_directory(name: str) -> Path:
     name = name.removeprefix(PREFIX)
     info = card(name)
     target = cache_root() / name
-    stamp = target / STAMP
-    if stamp.is_file() and stamp.read_text() == info["sha256"]:
+    if built_from(target, info):
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     building = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
@@ -106,12 +155,34 @@ def run_directory(name: str) -> Path:
         trainer.model.load_state_dict(load_file(str(weights)))
         trainer.step = info["training"]["steps"]
         trainer.checkpoint(evaluate=False)
-        (building / STAMP).write_text(info["sha256"])
+        (building / STAMP).write_text(json.dumps(stamp_of(building, info)))
         shutil.rmtree(target, ignore_errors=True)
         os.replace(building, target)
     finally:
         shutil.rmtree(building, ignore_errors=True)
     return target
+
+
+def stamp_of(run: Path, info: dict[str, Any]) -> dict[str, Any]:
+    """What a zoo run directory was built from: the card's weights digest and config, and
+    the digest of every checkpoint it holds."""
+    checkpoints = sorted((run / "checkpoints").glob("*.safetensors"))
+    return {"weights": info["sha256"], "config": info["config"],
+            "checkpoints": {p.name: file_sha256(p) for p in checkpoints}}  # fmt: skip
+
+
+def built_from(run: Path, info: dict[str, Any]) -> bool:
+    """Whether the cached run directory ``run`` is the card's, unchanged: its stamp, its
+    config.json and its checkpoints (an edited config or zeroed weights are not)."""
+    stamp, config = run / STAMP, run / "config.json"
+    if run.is_symlink() or not stamp.is_file() or not config.is_file():
+        return False
+    try:
+        recorded = json.loads(stamp.read_text())
+        unchanged = json.loads(config.read_text()) == info["config"]
+    except ValueError:
+        return False
+    return unchanged and recorded == stamp_of(run, info)
 
 
 def load(name: str, device: str = "auto") -> tuple[HookedModel, Task]:

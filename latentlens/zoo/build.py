@@ -15,7 +15,7 @@ from safetensors.torch import save_file
 from latentlens import __version__
 from latentlens.cache import file_sha256
 from latentlens.training import Trainer
-from latentlens.zoo import CARD, METRICS, MODELS, WEIGHTS
+from latentlens.zoo import CARD, ENTRY_FILES, MANIFEST, METRICS, MODELS, WEIGHTS
 
 
 def card_metrics(trainer: Trainer, examples: int) -> dict[str, dict[str, float]]:
@@ -54,4 +54,18 @@ def add(
         "sha256": file_sha256(folder / WEIGHTS),
     }
     (folder / CARD).write_text(json.dumps(card, indent=1) + "\n")
+    write_manifest()
     return folder
+
+
+def write_manifest() -> Path:
+    """``models/MANIFEST.json``: every entry's files and their SHA-256, which every load
+    checks (:func:`latentlens.zoo.verified_entry`)."""
+    entries = sorted(card.parent for card in MODELS.glob(f"*/*/*/{CARD}"))
+    listed = {
+        str(entry.relative_to(MODELS)): {file: file_sha256(entry / file) for file in ENTRY_FILES}
+        for entry in entries
+    }
+    path = MODELS / MANIFEST
+    path.write_text(json.dumps(listed, indent=1, sort_keys=True) + "\n")
+    return path
