@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import matplotlib
+import matplotlib.text
 import plotly.graph_objects as go
 from matplotlib.figure import Figure
 from matplotlib.transforms import Bbox
@@ -33,6 +34,14 @@ def tight_box(figure: Figure) -> Bbox:
     return figure.get_tightbbox().padded(matplotlib.rcParams["savefig.pad_inches"])
 
 
+def as_written(figure: Figure) -> None:
+    """Every text of ``figure`` drawn as written, never as mathtext: labels hold run
+    names and values (a run named ``r$\\frac{a}{$`` stopped ``latentlens figures`` with
+    matplotlib's ParseSyntaxException); latentlens's own labels use no mathtext."""
+    for text in figure.findobj(matplotlib.text.Text):
+        text.set_parse_math(False)
+
+
 def save_figure(
     figure: Figure, stem: str | Path, formats: Sequence[str] = ("png", "svg"), dpi: int = 150
 ) -> list[Path]:
@@ -49,6 +58,7 @@ def save_figure(
         )
     stem = Path(stem)
     stem.parent.mkdir(parents=True, exist_ok=True)
+    as_written(figure)
     box = tight_box(figure)
     engine = figure.get_layout_engine()
     if engine is not None:

@@ -136,6 +136,15 @@ def shown(weight: float) -> str:
     return f"{step:.3f}"
 
 
+def script_json(data: Any) -> str:
+    """``data`` as JSON safe inside a ``<script>`` element of any type: every ``<``, ``>``
+    and ``&`` written as its JSON escape, so no name or token can close the element or
+    open an HTML comment in it (a model folder named ``m<!--<script>`` left the viewer
+    empty: ``<!--`` then ``<script`` made the parser swallow the rest of the page)."""
+    text = json.dumps(data)
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
 def _payload(view: TokenAttention) -> str:
     """The viewer's data as JSON, safe inside a <script> element."""
     layers, heads = view.patterns.shape[:2]
@@ -148,7 +157,7 @@ def _payload(view: TokenAttention) -> str:
         "key_value_groups": list(view.key_value_groups) if view.key_value_groups else None,
         "weights": base64.b64encode(quantised.tobytes()).decode(),
     }
-    return json.dumps(data).replace("</", "<\\/")
+    return script_json(data)
 
 
 class TokenViewer:

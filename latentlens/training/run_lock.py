@@ -29,7 +29,14 @@ class RunLocked(ValueError):
 
 
 def prepare_directory(path: Path) -> None:
-    """Create the run directory, or a one-line error naming what stands in the way."""
+    """Create the run directory, or a one-line error naming what stands in the way (a
+    run directory that is a symbolic link is refused, not followed: writes land where the
+    link says, possibly another run or outside the place given)."""
+    if path.is_symlink():
+        raise ValueError(
+            f"--run-dir {path} is a symbolic link (to {os.readlink(path)}); give the folder "
+            "itself: latentlens writes only inside the run directory it is given"
+        )
     if path.exists() and not path.is_dir():
         raise ValueError(f"--run-dir {path} is a file; choose a directory path")
     try:

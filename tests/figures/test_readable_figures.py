@@ -203,3 +203,16 @@ def test_a_thirty_layer_decoding_figure_writes_no_cell_numbers_and_few_ticks() -
     small = decoding_by_head({"decoding": deep_decoding(2, 4)})
     assert len(small.axes[0].texts) == 8  # a small grid keeps its numbers
     assert "p=0.05" in small.axes[1].get_xticklabels()[0].get_text()
+
+
+def test_a_run_named_with_dollar_signs_is_drawn_as_written(tmp_path: Path) -> None:
+    """Round three (#71): a run named r$\\frac{a}{$ stopped `latentlens figures` with
+    matplotlib's mathtext ParseSyntaxException; labels are drawn as written."""
+    from latentlens.cli import main
+
+    run = tmp_path / r"r$\frac{a}{$"
+    assert main(["train", "--task", "fuzzy-logic", "--d-model", "16", "--steps", "2",
+                 "--eval-every", "1", "--warmup-steps", "0", "--device", "cpu", "--quiet",
+                 "--run-dir", str(run)]) == 0  # fmt: skip
+    assert main(["figures", str(run), "--formats", "png,svg"]) == 0
+    assert r"r$\frac{a}{$" in (run / "figures" / "metrics.svg").read_text()

@@ -141,3 +141,20 @@ def test_a_report_carries_the_script_once_and_draws_every_viewer(
     assert page.locator("div.llv >> nth=1").locator(".llv-pattern-table").count() == 1
     assert page.locator("div.llv >> nth=0").locator(".llv-pattern-table").count() == 0
     assert page.errors == []
+
+
+def test_names_and_tokens_that_look_like_html_leave_the_page_whole(
+    tmp_path: Path,
+    page,  # noqa: F811
+) -> None:
+    """Round three (#71): a model folder named m<!--<script> left the viewer empty (0
+    tokens drawn): its name, written raw into the page's JSON script, opened a comment the
+    parser read to the end of the page."""
+    base = synthetic()
+    tokens = ("<!--", "<script>", "</script>", "&amp;", " a", " b")
+    view = TokenAttention("m<!--<script>", tokens, base.patterns, base.key_value_groups)
+    path = TokenViewer(view).save(tmp_path / "viewer.html")
+    page.goto(path.as_uri())
+    assert page.locator(".llv-token").count() == 6
+    assert page.locator(".llv-token").all_inner_texts()[:4] == ["<!--", "<script>", "</script>",
+                                                                 "&amp;"]  # fmt: skip

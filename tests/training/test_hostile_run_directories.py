@@ -76,6 +76,14 @@ def test_links_placed_in_a_run_are_refused_not_followed(tmp_path) -> None:
     with pytest.raises(ValueError, match=r"metrics\.jsonl is a symbolic link"):
         RunDirectory(other).append_metrics([{"step": 99, "split": "train"}])
     assert (tmp_path / "moved.jsonl").read_bytes() == before
+    # the run directory itself a link (round three, #71): refused, the folder untouched
+    linked = tmp_path / "linked"
+    linked.symlink_to(other)
+    before = snapshot(other)
+    with pytest.raises(ValueError, match=rf"--run-dir {linked} is a symbolic link .* the "
+                       "folder itself"):  # fmt: skip
+        Trainer.resume(linked, quiet=True)
+    assert snapshot(other) == before
 
 
 @pytest.mark.parametrize("damage", ["emptied", "removed", "a link to nowhere", "a file"])
