@@ -48,22 +48,44 @@ def load_language_model(name: str, device: str = "auto", random_weights: bool = 
         name = str(model_folder(name))
     if name.startswith(("/", "./", "../", "~")) and not Path(name).expanduser().is_dir():
         raise ValueError(f"no folder {name}: pass a Hugging Face hub name or an existing folder")
+    if Path(name).expanduser().is_dir():
+        check_weight_files(Path(name).expanduser())
     try:
         with quiet_transformers(), offline_unless_reachable(name):
             model = TransformerBridge.boot_transformers(
                 name, device=target, load_weights=not random_weights
             )
-    except (OSError, ValueError, KeyError) as err:
+    except Exception as err:  # noqa: BLE001 - safetensors' and the loaders' own errors too
+        if not isinstance(err, (OSError, ValueError, KeyError)) and not type(
+            err
+        ).__module__.startswith("safetensors"):
+            raise
         local = Path(name).exists()
         reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        where = (
-            "the folder holds no Hugging Face model (config.json and weights)"
-            if local
-            else "a hub name needs internet or the Hugging Face cache; offline, pass a folder "
-            "written with save_pretrained"
-        )
+        if type(err).__module__.startswith("safetensors"):
+            where = "its .safetensors weights are damaged or not a safetensors file"
+        elif local:
+            where = "the folder holds no Hugging Face model (config.json and weights)"
+        else:
+            where = (
+                "a hub name needs internet or the Hugging Face cache; offline, pass a folder "
+                "written with save_pretrained"
+            )
         raise ValueError(f"could not load the model {name!r}: {reason} ({where})") from None
     return model.eval()  # boot_transformers placed it (a .to() would print a line)
+
+
+def check_weight_files(folder: Path) -> None:
+    """Refuse, in one line, a model folder whose weights only a pickle holds: reading a
+    ``.bin`` (``torch.load``) can run code the file carries, and torch's own refusal ran to
+    eight lines."""
+    pickles = sorted(p.name for p in folder.glob("*.bin"))
+    if pickles and not any(folder.glob("*.safetensors")):
+        raise ValueError(
+            f"{folder} holds its weights as {', '.join(pickles)}, a pickle that can run code "
+            "when read; latentlens reads safetensors only: convert them on a machine you "
+            "trust (save_pretrained(..., safe_serialization=True))"
+        )
 
 
 def key_value_groups(model: Any) -> list[int]:

@@ -250,11 +250,16 @@ def _dequantised_folder(gguf_file: Path, into: Path) -> None:
 
     from latentlens.pretrained.language_model import quiet_transformers  # noqa: PLC0415
 
+    try:
+        with quiet_transformers():
+            tokenizer = AutoTokenizer.from_pretrained(gguf_file.parent, gguf_file=gguf_file.name)
+            model = AutoModelForCausalLM.from_pretrained(
+                gguf_file.parent, gguf_file=gguf_file.name, dtype=torch.float32
+            )
+    except Exception as err:  # noqa: BLE001 - a damaged file fails anywhere in the reader
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ValueError(f"{gguf_file.name} is damaged or not a GGUF model ({reason})") from None
     with quiet_transformers():
-        tokenizer = AutoTokenizer.from_pretrained(gguf_file.parent, gguf_file=gguf_file.name)
-        model = AutoModelForCausalLM.from_pretrained(
-            gguf_file.parent, gguf_file=gguf_file.name, dtype=torch.float32
-        )
         # The weights are plain float32 tensors now; only the loader's record of the GGUF
         # origin stops save_pretrained.
         model.hf_quantizer = None

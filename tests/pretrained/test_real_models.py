@@ -261,3 +261,16 @@ def test_pairs_on_padding_are_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="attention_mask has shape"):
         TokenPairs.build(pairs.tokens, pairs.query, pairs.keys, pairs.label, pairs.ood,
                          attention_mask=mask[:, :-1])  # fmt: skip
+
+
+def test_a_truncated_gguf_file_is_named(tmp_path: Path) -> None:
+    """Round three (#71): `unexpected error: ... unpack_from requires a buffer of at least
+    56 bytes` for a truncated GGUF file; now one line naming it."""
+    pytest.importorskip("gguf")
+    from latentlens.pretrained import real_models
+
+    damaged = tmp_path / "model.gguf"
+    damaged.write_bytes(b"GGUF\x03\x00\x00\x00" + b"\x01" * 20)
+    with pytest.raises(ValueError, match="model.gguf is damaged or not a GGUF model") as err:
+        real_models._dequantised_folder(damaged, tmp_path / "out")
+    assert "\n" not in str(err.value)

@@ -196,6 +196,24 @@ def test_loading_a_missing_model_is_a_clear_error(tmp_path) -> None:
         load_language_model(str(tmp_path), "cpu")
 
 
+def test_pickled_or_damaged_weights_are_one_line_errors(tmp_path) -> None:
+    """Round three (#71): a model.safetensors linked to another file ended in `unexpected
+    error: SafetensorError`; a pickle .bin in torch's eight-line refusal."""
+    import shutil
+
+    folder = write_tiny_gpt2(tmp_path / "gpt2", vocab_size=VOCAB)
+    (tmp_path / "notes.txt").write_text("not a safetensors file")
+    (folder / "model.safetensors").unlink()
+    (folder / "model.safetensors").symlink_to(tmp_path / "notes.txt")
+    with pytest.raises(ValueError, match="safetensors weights are damaged") as err:
+        load_language_model(str(folder), "cpu")
+    assert "\n" not in str(err.value)
+    (folder / "model.safetensors").unlink()
+    shutil.copyfile(tmp_path / "notes.txt", folder / "pytorch_model.bin")
+    with pytest.raises(ValueError, match="pytorch_model.bin, a pickle that can run code"):
+        load_language_model(str(folder), "cpu")
+
+
 def test_padded_pairs_whose_batches_end_at_different_lengths_are_extracted(bridge) -> None:
     """Text whose words split into different numbers of tokens: each example's length
     differs, and a causal model's batches are cut after their last query, so each batch is
