@@ -492,6 +492,13 @@ class Trainer:
             ) from None
         for group, setting in zip(self.optimizer.param_groups, settings, strict=True):
             group.update(setting)
+        if flips := header_flips(settings, checkpoint.optimizer["param_groups"], self.config):
+            warnings.warn(
+                f"the checkpoint of step {checkpoint.step} records {', '.join(flips)}, which "
+                "config.json does not; config.json is followed (a checkpoint's header sets no "
+                "optimiser setting)",
+                stacklevel=2,
+            )
         suffix = f"@{self.dist.rank}" if self.dist.rank else ""
         try:
             self.data_generator.set_state(checkpoint.rng["data"].to(torch.uint8))
@@ -745,6 +752,32 @@ class Trainer:
                 spread = values.std() / len(values) ** 0.5 if len(values) > 1 else math.nan
                 result[f"{name}_se"] = float(spread)
         return result
+
+
+def _plain(value: Any) -> Any:
+    """An optimiser setting as the checkpoint's JSON holds it: numbers, lists."""
+    if isinstance(value, torch.Tensor):
+        return value.tolist()
+    if isinstance(value, (tuple, list)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def header_flips(
+    settings: list[dict[str, Any]], recorded: list[dict[str, Any]], config: dict[str, Any]
+) -> list[str]:
+    """The optimiser settings a checkpoint's header records that differ from the ones the
+    run's config gives (``key=recorded``), which a resume ignores: the scheduled ``lr``
+    is left out, and so are settings a resume changed (in the config's ``history``)."""
+    changed = {key for entry in config.get("history", []) for key in entry.get("train", {})}
+    flips = []
+    for ours, theirs in zip(settings, recorded, strict=False):
+        for key, value in ours.items():
+            if key in ("lr", "initial_lr") or key in changed:
+                continue
+            if key in theirs and _plain(theirs[key]) != _plain(value):
+                flips.append(f"{key}={theirs[key]}")
+    return list(dict.fromkeys(flips))  # once each, where several groups record it
 
 
 def refuse_lost_checkpoints(directory: RunDirectory, train: TrainConfig) -> None:
