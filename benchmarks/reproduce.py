@@ -144,7 +144,9 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 3
 
-    command = " ".join(["python benchmarks/reproduce.py", *(argv or sys.argv[1:])])
+    home = str(Path.home())  # a user's paths, not this machine's: ~/latentlens-runs/...
+    words = [w.replace(home, "~", 1) if w.startswith(home) else w for w in argv or sys.argv[1:]]
+    command = " ".join(["python benchmarks/reproduce.py", *words])
     sections = []
     for name in names:
         print(f"{name}: analysis ...", flush=True)
@@ -171,7 +173,10 @@ def main(argv: list[str] | None = None) -> int:
         "",
         "Written by `benchmarks/reproduce.py`; every latentlens number below was measured by "
         "it, none typed by hand. Published and official figures come from "
-        "[Methods: numbers](methods/numbers.md).",
+        "[Methods: numbers](methods/numbers.md). Each section names the commit whose code "
+        "measured it; where later code changed what a run computes, the section says "
+        "**Stale:**, and the reviews that found a later change computes the same are "
+        "recorded in `docs/results_reviews.json` (a test checks both).",
         "",
         f"Command: `{command}`  ",
         f"Machine: {platform.machine()} {platform.system()}, {torch.get_num_threads()} CPU "
@@ -179,7 +184,8 @@ def main(argv: list[str] | None = None) -> int:
         f"torch {torch.__version__}.  ",
         f"Wall time: {wall / 60:.1f} minutes ({trained_s / 60:.1f} training, the rest "
         "analysis), for the runs this invocation had to train; runs found finished in "
-        f"`{out}` cost nothing and keep the training time recorded when they ran.  ",
+        f"`{str(out).replace(home, '~', 1)}` cost nothing and keep the training time recorded "
+        "when they ran.  ",
         f"Size `{args.size}`: the sizes of each experiment are in its module's `SIZES` "
         "(benchmarks/reproduction/).",
     ]

@@ -3,11 +3,13 @@ measured it, and where the code that decides what a run computes
 (``reproduction.runs.NUMERIC_SOURCES``, compared without docstrings and comments) has
 changed since, the section must say so in a ``**Stale:**`` line, which goes once it is
 regenerated. A reviewed change that computes the same (a presentation attribute) is
-recorded as ``Reviewed unchanged in effect at commit X`` and counts from X."""
+recorded in docs/results_reviews.json (``{section title: [{"commit", "note"}]}``, or in
+the section as ``Reviewed unchanged in effect at commit X``) and counts from X."""
 
 from __future__ import annotations
 
 import ast
+import json
 import re
 import subprocess
 import sys
@@ -20,6 +22,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from reproduction.runs import NUMERIC_SOURCES  # noqa: E402
 
 RESULTS = ROOT / "docs" / "RESULTS.md"
+REVIEWS = ROOT / "docs" / "results_reviews.json"
 MEASURED = re.compile(r"Code: commit ([0-9a-f]{7,40})")
 REVIEWED = re.compile(r"Reviewed unchanged in effect at commit ([0-9a-f]{7,40})")
 
@@ -27,6 +30,11 @@ REVIEWED = re.compile(r"Reviewed unchanged in effect at commit ([0-9a-f]{7,40})"
 def sections() -> dict[str, str]:
     parts = RESULTS.read_text().split("\n## ")[1:]
     return {part.splitlines()[0]: part for part in parts}
+
+
+def reviews() -> dict[str, list[dict[str, str]]]:
+    """Each section's reviews, oldest first (the file's)."""
+    return json.loads(REVIEWS.read_text())
 
 
 def git(*args: str) -> str:
@@ -63,7 +71,8 @@ def changed_since(commit: str) -> list[str]:
 @pytest.mark.parametrize("title", list(sections()))
 def test_no_results_section_is_silently_stale(title: str) -> None:
     text = sections()[title]
-    found = REVIEWED.findall(text) or MEASURED.findall(text)
+    recorded = [review["commit"] for review in reviews().get(title, [])]
+    found = recorded or REVIEWED.findall(text) or MEASURED.findall(text)
     assert found, f"RESULTS section {title!r} names no 'Code: commit' that measured it"
     baseline = found[-1]
     try:
@@ -90,3 +99,20 @@ def test_the_guard_sees_code_changes_and_not_docstrings() -> None:
         assert "latentlens/models/init.py" in changed_since("6ba4c21~1")
     except subprocess.CalledProcessError:
         pytest.skip("6ba4c21 is not in this checkout (a shallow clone)")
+
+
+def test_every_review_names_a_section_of_the_results() -> None:
+    """A review recorded for a section that is no longer there (renamed) would be lost."""
+    assert set(reviews()) <= set(sections())
+    for title, entries in reviews().items():
+        assert all(MEASURED.pattern and len(e["commit"]) >= 7 and e["note"] for e in entries), title
+
+
+def test_no_page_names_a_path_of_one_machine() -> None:
+    """Commands in the docs name a user's paths (~/latentlens-runs/...), never the root
+    home or the checkout of the machine that ran them."""
+    pages = [ROOT / "README.md", *(ROOT / "docs").rglob("*.md")]
+    pattern = re.compile(r"(?<![\w.~])/(root|home/\w+|work)/")
+    found = [f"{page.relative_to(ROOT)}: {m.group(0)}" for page in pages
+             for m in pattern.finditer(page.read_text())]  # fmt: skip
+    assert not found, found
