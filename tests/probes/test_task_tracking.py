@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from latentlens.probes import LatentDecodingTracker, tracking_callbacks
+from latentlens.probes.official import LogicLatentsTracker
 from latentlens.probes.task_tracking import mean_fuse_weights
 from latentlens.probes.translation import TranslationQualityTracker
 from latentlens.training import ActivationRecorder, QuantityRecorder, TrainConfig, Trainer
@@ -18,7 +19,8 @@ def run_config(task: str, kind: str = "transformer", **model) -> dict:
 
 
 def test_each_task_gets_the_recorders_its_analysis_reads() -> None:
-    assert tracking_callbacks(run_config("fuzzy-logic")) == []
+    (logic,) = tracking_callbacks(run_config("fuzzy-logic"))
+    assert isinstance(logic, LogicLatentsTracker)
     assert tracking_callbacks(run_config("sraven")) == []
     config = run_config("modular-icl", "hypernetwork")
     (tracker,) = tracking_callbacks(config)

@@ -246,12 +246,17 @@ def test_former_tracebacks_are_one_line_errors(tmp_path, capsys) -> None:
     assert code == 2 and "the model does not fit: 262,151,570,737 parameters" in err
     assert not (tmp_path / "c").exists()
     # sizes that once never returned: the model was built to be counted, the sets evaluated
-    code, err = cli([*train_flags(tmp_path / "d"), "--n-layers", str(10**18)], capsys)
+    code, err = cli([*train_flags(tmp_path / "d"), "--n-layers", str(2**31 - 1)], capsys)
     assert code == 2 and "the model does not fit: " in err and "--n-layers" in err
+    code, err = cli([*train_flags(tmp_path / "d"), "--n-layers", str(10**18)], capsys)
+    assert code == 2 and "n_layers=1,000,000,000,000,000,000 is invalid: at most 2,147,483,647" in err
     code, err = cli([*train_flags(tmp_path / "e"), "--eval-examples", str(10**18)], capsys)
     assert code == 2 and "eval_examples=1,000,000,000,000,000,000 is invalid: at most" in err
     assert not (tmp_path / "d").exists() and not (tmp_path / "e").exists()
     code, err = cli([*train_flags(tmp_path / "w"), "--d-model", str(10**18)], capsys)
+    assert code == 2 and "d_model=1,000,000,000,000,000,000 is invalid: at most" in err
+    widest = ["--d-model", str(2**31 - 1), "--d-mlp", str(2**31 - 1)]  # 2**62 elements each
+    code, err = cli([*train_flags(tmp_path / "w"), *widest], capsys)
     assert code == 2 and "weight tensors would hold more than 2**63 elements" in err
     assert "unexpected" not in err and not (tmp_path / "w").exists()
     deep = tmp_path / "deep.json"  # deeper than Python's JSON parser recurses
