@@ -110,14 +110,15 @@ def import_official(path: Path) -> dict[str, Any]:
     }
 
 
-def datasets(official: dict[str, Any], spec: dict[str, Any]) -> tuple[Any, dict, Any, int]:
-    """Training loader, evaluation loaders, loss class and sequence length of ``spec``."""
+def datasets(official: dict[str, Any], spec: dict[str, Any]) -> tuple[Any, dict, dict, Any, int]:
+    """Training loader, evaluation loaders, the callbacks' loaders (as the official code
+    makes them), loss class and sequence length of ``spec``."""
     data, batch = spec["data"], spec["batch_size"]
     num_train = spec["steps"] * batch
     examples = spec["eval_examples"]
     if spec["task"] == "sraven":
         seq_len = 9 * data["num_features"]
-        (train, evals, _), _ = official["create_raven_datasets"](
+        (train, evals, callbacks), _ = official["create_raven_datasets"](
             batch_size=batch,
             seed=spec["seed"],
             seq_len=seq_len,
@@ -135,9 +136,9 @@ def datasets(official: dict[str, Any], spec: dict[str, Any]) -> tuple[Any, dict,
             num_features=data["num_features"],
             num_feature_values=data["num_values"],
         )
-        return train, evals, loss, seq_len
+        return train, evals, callbacks, loss, seq_len
     seq_len = data["seq_len"]
-    (train, evals, _), _ = official["create_fuzzy_logic_datasets"](
+    (train, evals, callbacks), _ = official["create_fuzzy_logic_datasets"](
         batch_size=batch,
         seed=spec["seed"],
         seq_len=seq_len,
@@ -150,7 +151,7 @@ def datasets(official: dict[str, Any], spec: dict[str, Any]) -> tuple[Any, dict,
         frac_test=data["frac_test"],
         frac_ood_conj=data["frac_ood_conj"],
     )
-    return train, evals, official["FuzzyLogicLoss"], seq_len
+    return train, evals, callbacks, official["FuzzyLogicLoss"], seq_len
 
 
 def experiment(official: dict[str, Any], spec: dict[str, Any]) -> tuple[Any, dict]:
@@ -159,7 +160,7 @@ def experiment(official: dict[str, Any], spec: dict[str, Any]) -> tuple[Any, dic
     import jax
     import optax
 
-    train, evals, loss, seq_len = datasets(official, spec)
+    train, evals, callbacks, loss, seq_len = datasets(official, spec)
     for index, loader in enumerate(evals.values()):
         loader.fixed_rng = jax.random.fold_in(jax.random.PRNGKey(spec["seed"]), 1 + index)
     model = spec["model"]
@@ -199,7 +200,7 @@ def experiment(official: dict[str, Any], spec: dict[str, Any]) -> tuple[Any, dic
         optimizer=optimizer,
         train_loader=train,
         eval_loaders=evals,
-        callback_loaders={},
+        callback_loaders=callbacks,
     )
     return exp, evals
 
@@ -250,7 +251,7 @@ def sample(official: dict[str, Any], spec: dict[str, Any], count: int, out: Path
 
     if spec["task"] != "sraven":
         raise SystemExit(f"error: --sample draws SRAVEN problems only, not {spec['task']}")
-    train, _, _, seq_len = datasets(official, spec)
+    train, _, _, _, seq_len = datasets(official, spec)
     draw = train.sample_fn.func  # the jitted sample_fn of create_raven_datasets
     batch = draw(jax.random.PRNGKey(spec["seed"]), count, seq_len, latent_dist="ind+ood")
     context = np.asarray(batch.x)[:, : -spec["data"]["num_features"]].argmax(-1)
