@@ -108,14 +108,35 @@ def token_attention(
         model.train(was_training)
     patterns = torch.stack([cache[n][0] for n in names]).float().cpu()
     tokenizer = getattr(model, "tokenizer", None)
-    texts = (
-        tuple(model.to_str_tokens(tokens[0]))
-        if tokenizer is not None
-        else tuple(str(t) for t in tokens[0].tolist())
-    )
+    ids = tokens[0].tolist()
+    texts = token_texts(tokenizer, ids) if tokenizer is not None else tuple(map(str, ids))
     groups = _key_value_groups(model)
     label = name or getattr(getattr(model, "cfg", None), "model_name", None) or type(model).__name__
     return TokenAttention(label, texts, patterns, groups)
+
+
+def token_texts(tokenizer: Any, ids: Sequence[int]) -> tuple[str, ...]:
+    """The text of each token of ``ids``, joined the text the tokenizer decodes them to.
+
+    A byte-level tokenizer splits a character of several UTF-8 bytes (é, 東, 🙂) over
+    tokens, and each token decoded alone is U+FFFD. Here every prefix is decoded and each
+    token is what its prefix adds once the prefix's unfinished character (its trailing
+    U+FFFD) is set aside: the character goes to the token that completes it, and a token
+    that only begins one is ``""``. Where a decoder rewrites earlier text (the prefix is no
+    longer a prefix), that token's own decoding is used. Quadratic in the tokens, which
+    :data:`MAX_TOKENS` bounds."""
+    texts: list[str] = []
+    done = ""
+    for end in range(1, len(ids) + 1):
+        text = tokenizer.decode(ids[:end])
+        stable = text if end == len(ids) else text.rstrip("\ufffd")
+        if stable.startswith(done):
+            texts.append(stable[len(done) :])
+            done = stable
+        else:
+            texts.append(tokenizer.decode(ids[end - 1 : end]))
+            done = text
+    return tuple(texts)
 
 
 def _key_value_groups(model: Any) -> tuple[int, ...] | None:

@@ -12,9 +12,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from transformers import AutoModelForCausalLM
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 
-from latentlens.figures.token_viewer import MAX_TOKENS, TokenAttention, TokenViewer, shown
+from latentlens.figures.token_viewer import (
+    MAX_TOKENS,
+    TokenAttention,
+    TokenViewer,
+    shown,
+    token_texts,
+)
 from latentlens.pretrained import load_language_model
 from latentlens.reports.report import Section, write_report
 
@@ -43,6 +50,34 @@ def page_weights(viewer: TokenViewer) -> np.ndarray:
     data = json.loads(found.group(1))
     raw = np.frombuffer(base64.b64decode(data["weights"]), dtype="<u2") / 65535
     return raw.reshape(data["layers"], data["heads"], len(data["tokens"]), -1)
+
+
+def byte_level_tokenizer() -> PreTrainedTokenizerFast:
+    """A byte-level BPE (SmolLM2's and GPT-2's kind) trained on ASCII alone: every byte of
+    a character outside ASCII is a token of its own."""
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=300, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
+    tokenizer.train_from_iterator(["the cafe is open", "the naive farmer"] * 20, trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=tokenizer)
+
+
+def test_characters_split_over_tokens_are_kept_whole() -> None:
+    """Decoded one by one, the byte tokens of é, 東 and 🙂 are U+FFFD each; the viewer's
+    texts give each character to the token that completes it and join to the text."""
+    tokenizer = byte_level_tokenizer()
+    text = "the café 東京 is open 🙂!"
+    ids = tokenizer(text)["input_ids"]
+    assert "\ufffd" in "".join(tokenizer.decode([i]) for i in ids)  # the bug it replaces
+    texts = token_texts(tokenizer, ids)
+    assert "".join(texts) == text and len(texts) == len(ids)
+    assert "\ufffd" not in "".join(texts)
+    assert texts.count("") == (2 - 1) + 2 * (3 - 1) + (4 - 1)  # é, 東, 京, 🙂's leading bytes
+    for given in ("a \ufffd b", "ends in \ufffd"):  # a U+FFFD of the text's own is kept
+        assert "".join(token_texts(tokenizer, tokenizer(given)["input_ids"])) == given
 
 
 def test_token_attention_is_transformers_attention_under_grouped_query_heads(

