@@ -189,22 +189,37 @@ class FuzzyLogicTask(DrawnTask):
         self, draws: dict[str, torch.Tensor], split: str = "train", inputs: str = "uniform"
     ) -> Batch:
         choice, x = draws["choice"], draws["x"]
-        terms = self._device_combinations[split][choice]
-        bits = term_bits(terms, self.config.num_variables)
         if inputs == "fixed_query":
             x = torch.cat([x[:, :-1], self._fixed_query.expand(len(x), -1, -1)], dim=1)
         elif inputs == "fixed_context":
             x = torch.cat([self._fixed_context.expand(len(x), -1, -1), x[:, -1:]], dim=1)
+        return self.problems(self._device_combinations[split][choice], x, choice)
+
+    def problems(
+        self, terms: torch.Tensor, x: torch.Tensor, combination: torch.Tensor | None = None
+    ) -> Batch:
+        """The batch of the functions of ``terms`` ``[batch, K]`` (any term indices, in or
+        out of a split) on inputs ``x`` ``[batch, T, L]``: e.g. the same inputs under
+        another function, for counterfactual interventions. ``combination`` ``[batch]``
+        is stored as the label (default: -1, no split's index)."""
+        if terms.ndim != 2 or x.ndim != 3 or len(terms) != len(x):
+            raise ValueError(
+                f"terms {tuple(terms.shape)} and x {tuple(x.shape)}: expected [batch, K] "
+                "and [batch, T, L] of one batch"
+            )
+        bits = term_bits(terms, self.config.num_variables)
         y = fuzzy_dnf(bits, x)
         tokens = torch.cat([x, y[..., None]], dim=-1)
         tokens[:, -1, -1] = 0.0
+        if combination is None:
+            combination = torch.full((len(x),), -1, dtype=torch.long, device=x.device)
         return Batch(
             inputs=tokens,
             targets=y[:, -1],
             labels={
                 "term_bits": bits,
                 "term_indices": terms,
-                "combination": choice,
+                "combination": combination,
                 "target_variance": y.var(dim=1, unbiased=False),
             },
         )
