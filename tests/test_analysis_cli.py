@@ -53,6 +53,9 @@ def test_demo_at_tiny_size_writes_runs_figures_and_reports(
                     if note["kind"] == "constant_codes"}  # fmt: skip
         patched = {row["layer"] for row in results["patching"]}
         assert patched == {0, 1} - constant  # two layers, tiny and zoo alike
+        swaps = {(row["donor"], tuple(row["layers"])) for row in results["code_swaps"]}
+        kinds = ("one-term", "random-combination", "same-combination")
+        assert swaps == {(kind, (layer,)) for kind in kinds for layer in (0, 1)}
         # No empty panel: codes that do not vary are said to, not drawn as one dot.
         embedding = results["embedding"]
         assert "note" in embedding or max(embedding["x"]) - min(embedding["x"]) > 1e-6
@@ -81,6 +84,10 @@ def test_demo_at_tiny_size_writes_runs_figures_and_reports(
     assert messages and all(report.count(message) == 1 for message in messages)
     # the variants ranked over the zoo's seeds, from the test R² the table holds
     assert "Test R² (new combinations), mean ± std over 3 seeds: " in report
+    verdict = re.search(r"What the codes carry: swapping the final query's codes to every key "
+                        r"in layer 1 .*?; HYLA (-?\d\.\d{3}) ± \d\.\d{3}\.", report)  # fmt: skip
+    assert verdict, "the zoo's section opens with the codes' verdict"
+    assert report.index("What the codes carry") < report.index("Test R² (new combinations)")
     assert "official test R² at 50,000 steps" in report and "far from converged" in report
     # noise alone puts 4.55% of the heads beyond two standard errors: 16 zoo, 8 tiny heads
     assert "noise alone would put 0.7 of 16 heads" in report

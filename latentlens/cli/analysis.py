@@ -176,11 +176,31 @@ def print_probe_results(run: Path, results: dict) -> None:
     for row in results.get("patching", []):
         print(f"code patched from other examples (layer {row['layer']}, query {row['query']}, "
               f"key {row['key']}): {_change(row)}")  # fmt: skip
+    for line in code_swap_lines(results.get("code_swaps", [])):
+        print(line)
     for row in results.get("rule_swaps", []):
         print(f"codes of {row['rules'][0]} and {row['rules'][1]} swapped (layer {row['layer']}): "
               f"{_change(row)}")  # fmt: skip
     for note in results.get("health", []):
         print(f"warning: {note['message']}")
+
+
+def code_swap_lines(swaps: list[dict]) -> list[str]:
+    """One line per layer of :func:`~latentlens.probes.code_interventions.swap_codes`'s
+    results: the fraction of a one-term donor's output change the swap reproduces, beside a
+    random combination's, and the R² a same-combination donor's codes leave."""
+    lines = []
+    for layer in sorted({tuple(s["layers"]) for s in swaps}):
+        kind = {s["donor"]: s for s in swaps if tuple(s["layers"]) == layer}
+        one, other, same = kind["one-term"], kind["random-combination"], kind["same-combination"]
+        lines.append(
+            f"final query's codes swapped for a donor's (layer {','.join(map(str, layer))}): "
+            f"one term changed, {one['moved']:.3f} ± {one['moved_se']:.3f} of the donor's "
+            f"output change follows (another combination {other['moved']:.3f} ± "
+            f"{other['moved_se']:.3f}); the same function on other inputs leaves R² "
+            f"{same['r2_own']:.3f} of {same['r2_own_clean']:.3f}"
+        )
+    return lines
 
 
 def summary_scores(results: dict) -> dict[str, float | None]:
