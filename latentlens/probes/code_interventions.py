@@ -341,4 +341,3 @@ def code_interventions(
     if progress:
         progress("steering")
     return results
-
