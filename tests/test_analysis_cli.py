@@ -88,6 +88,9 @@ def test_demo_at_tiny_size_writes_runs_figures_and_reports(
                         r"in layer 1 .*?; HYLA (-?\d\.\d{3}) ± \d\.\d{3}\.", report)  # fmt: skip
     assert verdict, "the zoo's section opens with the codes' verdict"
     assert report.index("What the codes carry") < report.index("Test R² (new combinations)")
+    sizes = re.findall(r"each point scores the run's whole fixed evaluation set, ([\d,]+) "
+                       r"examples a split \(the table: its first ([\d,]+)\)", report)  # fmt: skip
+    assert ("4,096", f"{SIZES['tiny'].zoo_examples:,}") in sizes  # every table names its set
     assert "official test R² at 50,000 steps" in report and "far from converged" in report
     # noise alone puts 4.55% of the heads beyond two standard errors: 16 zoo, 8 tiny heads
     assert "noise alone would put 0.7 of 16 heads" in report

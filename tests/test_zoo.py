@@ -69,11 +69,13 @@ def test_commands_take_zoo_names(cache: Path, capsys) -> None:
     assert main(["zoo"]) == 0
     listing = capsys.readouterr().out
     assert all(name in listing for name in NAMES) and "paper: test_r2 0.811" in listing
+    assert "metrics: each run's fixed evaluation set, 4,096 examples a split" in listing
     assert main(["zoo", NAMES[0]]) == 0
     assert json.loads(capsys.readouterr().out)["sha256"] == zoo.card(NAMES[0])["sha256"]
     name = "fuzzy-logic-a1/hyla/s0"
     assert main(["eval", f"zoo:{name}", "--examples", "128", "--device", "cpu"]) == 0
-    assert "checkpoint step 50000" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "checkpoint step 50000; the run's fixed evaluation set, 128 examples a split" in out
     # every command resolves zoo:NAME alike (cli.choices.resolve_runs); `probe` reads the
     # same run directory (a minute: its head ablations score the 4,096-example set)
     assert main(["figures", f"zoo:{name}", "--formats", "png"]) == 0

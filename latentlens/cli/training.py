@@ -492,7 +492,11 @@ def run_eval(args: argparse.Namespace) -> int:
             {"step": trainer.step, "split": s, **trainer.evaluate(s, args.examples, errors=True)}
             for s in splits
         ]
-        print(f"run {trainer.run_dir.path}, checkpoint step {trainer.step}")
+        examples = args.examples or trainer.config["train"]["eval_examples"]
+        print(
+            f"run {trainer.run_dir.path}, checkpoint step {trainer.step}; the run's fixed "
+            f"evaluation set, {examples:,} examples a split (± standard error over batches)"
+        )
         print_table(records)
         if trainer.task_name == "translation":  # the benchmark's own metrics, by decoding
             print_translation_quality(trainer, args.examples)

@@ -39,6 +39,10 @@ def run_zoo(args: argparse.Namespace) -> int:
         print("the zoo is empty in this installation")
         return 0
     print(f"{len(names)} models (use as zoo:NAME; `latentlens zoo NAME` prints a card)")
+    sizes = sorted({zoo.card(name)["evaluation"]["examples_per_split"] for name in names})
+    shown = " or ".join(f"{size:,}" for size in sizes)
+    print(f"metrics: each run's fixed evaluation set, {shown} examples a split (± standard "
+          "error over batches); `latentlens eval zoo:NAME` gives the same numbers")  # fmt: skip
     for name in names:
         card = zoo.card(name)
         attention = card["config"]["model"].get("attention", "-")

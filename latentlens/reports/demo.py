@@ -443,6 +443,12 @@ def _code_verdict(group: list[DemoRun], probes: list[dict]) -> str | None:
     return code_verdict_sentence(values, last[0])
 
 
+def _curve_examples(group: list[DemoRun]) -> str:
+    """The evaluation-set sizes the group's training curves were scored on."""
+    sizes = sorted({RunDirectory(r.path).read_config()["train"]["eval_examples"] for r in group})
+    return " or ".join(f"{size:,}" for size in sizes)
+
+
 def _outcome(title: str, group: list[DemoRun], results: dict[Path, dict], figures, intro):
     """One group's table (zoo or live), its ranking (over seeds for the zoo's models), the
     notes and its two figures."""
@@ -491,7 +497,9 @@ def _outcome(title: str, group: list[DemoRun], results: dict[Path, dict], figure
         ],
         table=table,
         figures=[(figures[0], f"R² over training per split{over_seeds} (y-axis clipped to "
-                              "[-1, 1])"),
+                              f"[-1, 1]); each point scores the run's whole fixed evaluation "
+                              f"set, {_curve_examples(group)} examples a split (the table: its "
+                              f"first {probes[0]['evaluation_examples']:,})"),
                  (figures[1], f"clustering and topographic similarity of the latent codes"
                               f"{over_seeds}")],
     )  # fmt: skip
