@@ -18,6 +18,7 @@ from latentlens.pretrained.language_model import (
     write_tiny_gpt2,
 )
 from latentlens.pretrained.real_models import REAL_MODELS, fetch_model, model_folder
+from latentlens.pretrained.sdpa_codes import sdpa_pair_codes
 
 __all__ = [
     "INITIALISATIONS",
@@ -32,5 +33,6 @@ __all__ = [
     "remove_bridge",
     "routing_matrix",
     "save_bridged",
+    "sdpa_pair_codes",
     "write_tiny_gpt2",
 ]

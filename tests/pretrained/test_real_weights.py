@@ -17,7 +17,12 @@ import torch
 from transformers import AutoModel, AutoModelForCausalLM
 
 from latentlens.figures.token_viewer import TokenViewer, shown
-from latentlens.pretrained import key_value_groups, load_language_model, model_folder
+from latentlens.pretrained import (
+    key_value_groups,
+    load_language_model,
+    model_folder,
+    sdpa_pair_codes,
+)
 from latentlens.pretrained.real_models import fetched
 from latentlens.probes import pair_codes
 from latentlens.probes.head_types import head_type_scores, top_heads
@@ -185,3 +190,38 @@ def test_the_attention_viewer_shows_the_real_models_weights_on_hover(
     later = expected[:, :, query, query + 1 :].sum().item()  # keys after the query
     assert (later > 1.0) == (name == "minilm-l6")  # bidirectional encoder, causal decoder
     assert page.errors == []
+
+
+@pytest.mark.parametrize("name", ["smollm2-135m", "minilm-l6"])
+def test_pair_codes_under_sdpa_are_the_eager_weights_of_the_real_models(
+    name: str, request: pytest.FixtureRequest
+) -> None:
+    """SmolLM2 (9 query heads on 3 key heads, causal) and MiniLM (bidirectional), a padded
+    batch: the codes read beside SDPA equal eager output_attentions to ROUNDING."""
+    request.getfixturevalue("smollm2" if name == "smollm2-135m" else "minilm")  # or skip
+    loader = AutoModelForCausalLM if name == "smollm2-135m" else AutoModel
+    fast = loader.from_pretrained(model_folder(name), attn_implementation="sdpa").eval()
+    eager = loader.from_pretrained(model_folder(name), attn_implementation="eager").eval()
+    generator = torch.Generator().manual_seed(0)
+    ids = torch.randint(100, 5000, (2, 64), generator=generator)
+    mask = torch.ones_like(ids)
+    mask[1, 50:] = 0
+    with torch.no_grad():
+        attentions = eager(input_ids=ids, attention_mask=mask, output_attentions=True).attentions
+    full = torch.stack(attentions, 1)
+    pairs = torch.stack([torch.randint(0, n, (300,), generator=generator) for n in (2, 50, 64)], 1)
+    codes = sdpa_pair_codes(fast, ids, pairs, mask)
+    expected = full[pairs[:, 0], :, :, pairs[:, 1], pairs[:, 2]]
+    torch.testing.assert_close(codes, expected, atol=ROUNDING, rtol=0)
+
+
+def test_the_guides_sdpa_example_runs(request: pytest.FixtureRequest) -> None:
+    """docs/guide/any_model.md's example, as printed there, on the real SmolLM2."""
+    request.getfixturevalue("smollm2")  # or skip
+    guide = (Path(__file__).resolve().parents[2] / "docs/guide/any_model.md").read_text()
+    blocks = [b.split("\n", 1)[1] for b in guide.split("```python")[1:]]
+    (block,) = [b for b in blocks if "sdpa_pair_codes(" in b]
+    namespace: dict[str, Any] = {}
+    exec(block.split("```")[0], namespace)  # noqa: S102 (the docs' own example)
+    assert namespace["codes"].shape == (32, 30, 9)
+    assert torch.isfinite(namespace["codes"]).all() and namespace["codes"].min() >= 0
