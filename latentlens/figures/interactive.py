@@ -25,6 +25,10 @@ PLOTLY_SYMBOLS = {"o": "circle", "s": "square", "^": "triangle-up", "D": "diamon
                   "v": "triangle-down", "P": "cross", "*": "star", "h": "hexagon"}  # fmt: skip
 
 
+# Points from which an embedding is drawn with WebGL rather than SVG.
+WEBGL_FROM = 20_000
+
+
 def code_embedding_plotly(results: Mapping[str, Any], title: str = "") -> go.Figure:
     """The 2-D embedding of latent codes, one trace per label (click the legend to hide
     one); out-of-distribution points are crosses in their label's colour. The colours are
@@ -48,6 +52,10 @@ def code_embedding_plotly(results: Mapping[str, Any], title: str = "") -> go.Fig
         return figure
     names = legend_order(data)
     marks = label_marks(names)
+    # WebGL draws large clouds fast, but a browser gives a page about 16 contexts, one per
+    # WebGL figure: a report of many embeddings lost its first ones (blank). Clouds up to
+    # WEBGL_FROM points are SVG, as many per page as wanted.
+    scatter = go.Scattergl if len(data["x"]) >= WEBGL_FROM else go.Scatter
     for name in names:
         marker, colour = marks[name]
         for is_ood in (False, True):
@@ -58,7 +66,7 @@ def code_embedding_plotly(results: Mapping[str, Any], title: str = "") -> go.Fig
             if not rows:
                 continue
             figure.add_trace(
-                go.Scattergl(
+                scatter(
                     x=[data["x"][i] for i in rows],
                     y=[data["y"][i] for i in rows],
                     mode="markers",

@@ -62,8 +62,8 @@
       return span;
     });
     root.appendChild(row);
-    var pattern = element("div", "llv-pattern");
-    var code = element("div", "llv-code");
+    var pattern = element("div", "llv-pattern llv-scroll");
+    var code = element("div", "llv-code llv-scroll");
     root.appendChild(pattern);
     root.appendChild(code);
 

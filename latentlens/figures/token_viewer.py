@@ -29,7 +29,8 @@ VIEWER_SCRIPT = files("latentlens.figures").joinpath("token_viewer.js").read_tex
 VIEWER_STYLE = (
     ".llv{font-family:sans-serif;font-size:13px;margin:1em 0}"
     ".llv-title{font-weight:bold}.llv-controls{margin:.4em 0}.llv-status{margin-left:1em;"
-    "color:#555}.llv-tokens{line-height:2;margin:.4em 0}.llv-token{padding:2px 3px;margin:1px;"
+    "color:#555}.llv-tokens{display:flex;flex-wrap:wrap;gap:2px;line-height:2;margin:.4em 0}"
+    ".llv-scroll{overflow-x:auto;max-width:100%}.llv-token{padding:2px 3px;margin:1px;"
     "border:1px solid #ddd;border-radius:3px;cursor:pointer;font-family:monospace;"
     "white-space:pre}.llv-query{outline:2px solid #d62728}.llv-key{outline:2px solid #2ca02c}"
     ".llv table{border-collapse:collapse;margin:.4em 0}.llv th,.llv td{border:1px solid #eee;"

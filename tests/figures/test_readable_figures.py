@@ -27,6 +27,8 @@ from latentlens.figures.run_figures import seed_groups
 from latentlens.reports.report import Section, write_report
 from tests.figures.test_probe_figures import fake_results
 
+from ..browser import chromium, page  # noqa: F401 (fixtures)
+
 
 def small_decoding(top: float) -> list[dict]:
     rows = [{"layer": "all", "heads": "all", "metric": "r2", "fit": 0.1, "test": top,
@@ -147,14 +149,14 @@ def test_a_report_and_its_figures_share_one_plotly_bundle(tmp_path: Path) -> Non
     bundle = tmp_path / "plotly.min.js"
     live = go.Figure(go.Scatter(x=[1, 2], y=[3, 4]))
     figure_page = save_plotly(live, tmp_path / "run" / "figures" / "live.html", bundle)
-    _, page = write_report(tmp_path, "r", [Section("s", interactive=[(live, "a scatter")])],
-                           plotlyjs=bundle)  # fmt: skip
+    _, report = write_report(tmp_path, "r", [Section("s", interactive=[(live, "a scatter")])],
+                             plotlyjs=bundle)  # fmt: skip
     assert bundle.is_file() and bundle.stat().st_size > 1_000_000
-    for html, source in ((figure_page, "../../plotly.min.js"), (page, "plotly.min.js")):
+    for html, source in ((figure_page, "../../plotly.min.js"), (report, "plotly.min.js")):
         text = html.read_text()
         assert f"src='{source}'" in text or f'src="{source}"' in text, html
         assert len(text) < 100_000  # no inline copy of plotly.js
-    assert "a scatter (interactive" in page.read_text()  # captioned
+    assert "a scatter (interactive" in report.read_text()  # captioned
 
 
 def test_step_ticks_of_a_long_run_are_few_and_short(tmp_path: Path) -> None:
@@ -216,3 +218,27 @@ def test_a_run_named_with_dollar_signs_is_drawn_as_written(tmp_path: Path) -> No
                  "--run-dir", str(run)]) == 0  # fmt: skip
     assert main(["figures", str(run), "--formats", "png,svg"]) == 0
     assert r"r$\frac{a}{$" in (run / "figures" / "metrics.svg").read_text()
+
+
+def test_a_report_of_many_embeddings_draws_every_one(tmp_path: Path, page) -> None:  # noqa: F811
+    """#67: ten WebGL scatter plots on the demo's report.html passed Chromium's WebGL
+    contexts ("Too many active WebGL contexts") and the first embedding was blank. Clouds
+    of the demo's size are SVG now: every plot on the page draws all its points."""
+    from latentlens.figures.interactive import WEBGL_FROM, code_embedding_plotly
+
+    results = fake_results()
+    points = len(results["embedding"]["x"])
+    assert points < WEBGL_FROM
+    figures = [(code_embedding_plotly(results, title=f"run {i}"), f"run {i}") for i in range(20)]
+    bundle = tmp_path / "plotly.min.js"
+    _, html = write_report(tmp_path, "many", [Section("s", interactive=figures)], plotlyjs=bundle)
+    warnings: list[str] = []
+    page.on("console", lambda message: warnings.append(message.text))
+    page.goto(html.as_uri())
+    page.wait_for_function("document.querySelectorAll('.js-plotly-plot').length == 20")
+    drawn = page.evaluate(
+        "[...document.querySelectorAll('.js-plotly-plot')]"
+        ".map(plot => plot.querySelectorAll('.scatterlayer .point').length)"
+    )
+    assert drawn == [points] * 20  # no blank plot, every point of each
+    assert not [w for w in warnings if "WebGL" in w] and page.errors == []

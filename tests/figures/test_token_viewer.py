@@ -193,3 +193,31 @@ def test_names_and_tokens_that_look_like_html_leave_the_page_whole(
     assert page.locator(".llv-token").count() == 6
     assert page.locator(".llv-token").all_inner_texts()[:4] == ["<!--", "<script>", "</script>",
                                                                  "&amp;"]  # fmt: skip
+
+
+def page_overflow(page) -> int:  # noqa: F811
+    """How far the page is wider than its viewport (px; 0 when it fits)."""
+    return page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+
+
+def test_a_long_prompt_wraps_and_the_page_stays_as_wide_as_the_window(
+    tmp_path: Path,
+    page,  # noqa: F811
+) -> None:
+    """#67: the token row of a 60-token story was 2,282 px wide, so the page scrolled
+    sideways and hovering a late token scrolled the report out of view."""
+    view = synthetic(layers=2, heads=4, tokens=MAX_TOKENS)
+    words = tuple(f" word{i:03d}" for i in range(MAX_TOKENS))
+    viewer = TokenViewer(TokenAttention("long", words, view.patterns, view.key_value_groups))
+    page.set_viewport_size({"width": 900, "height": 800})
+    page.goto(viewer.save(tmp_path / "viewer.html").as_uri())
+    assert page_overflow(page) <= 0
+    row = page.locator(".llv-tokens").bounding_box()
+    token = page.locator(".llv-token >> nth=0").bounding_box()
+    assert row["width"] <= 900 and row["height"] > 4 * token["height"]  # several lines
+    page.hover(f".llv-token[data-position='{MAX_TOKENS - 1}']")  # a late token
+    assert page.locator(".llv-pattern-table tr").count() == 1 + 4
+    assert page_overflow(page) <= 0  # the wide pattern scrolls inside its own box
+    scroll = page.locator(".llv-pattern").evaluate("e => [e.scrollWidth, e.clientWidth]")
+    assert scroll[0] > scroll[1]
+    assert page.errors == []
