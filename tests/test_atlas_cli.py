@@ -33,12 +33,17 @@ def test_atlas_writes_its_report(folder, tmp_path) -> None:
     assert results["layers"] == 2 and results["heads"] == 4
     assert results["pairs"] == {"id": 400, "ood": 200}
     assert len(results["ablation"]) == 8
+    dictionary = results["dictionary"]  # 8 codes of 2 layers x 4 heads: at most 8 parts
+    assert len(dictionary["features"]) == 8 and 0 < dictionary["explained"] <= 1
+    assert all(len(f["top_tokens"]) == 8 and " -> " in f["top_tokens"][0]
+               for f in dictionary["features"])  # fmt: skip
     page = (out / "report.html").read_text()
     # four figures, each once: three static, the embedding interactive in its place
     assert page.count("<img src='data:image/png;base64,") == 3
     assert page.count("Plotly.newPlot") == 1 and "relation (interactive:" in page
     assert "Moving model to device" not in done.stdout  # no stray library prints
     markdown = (out / "report.md").read_text()
+    assert "## A dictionary of codes" in markdown and "features are single heads" in markdown
     for figure in ("decoding_by_head", "relation_weights", "code_embedding", "head_ablation"):
         assert f"figures/{figure}.png" in markdown
         assert (out / "figures" / f"{figure}.png").is_file()

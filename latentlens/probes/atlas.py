@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from latentlens.probes.code_dictionary import FEATURES, code_dictionary
 from latentlens.probes.codes import CodeSet, embedding_of
 from latentlens.probes.decoding import decoding_table
 from latentlens.probes.interventions import head_ablation_table
@@ -107,6 +108,33 @@ def _degenerate(codes: CodeSet, decoding: list[dict[str, Any]]) -> list[str]:
 
 
 @torch.no_grad()
+def _dictionary(model: HookedLike, pairs: TokenPairs, both: CodeSet, seed: int) -> dict:
+    """:func:`~latentlens.probes.code_dictionary.code_dictionary` of every pair's code
+    (its first key), each feature's top pairs named by their query and key tokens."""
+    order = torch.cat(
+        [
+            batch.labels["index"]
+            for split in ("id", "ood")
+            for batch in pairs.labelled_batches(split, seed=seed)
+        ]
+    )  # fmt: skip  (the rows pair_codes read, in its order)
+    features = min(FEATURES, len(both), both.codes.shape[1] * both.codes.shape[2])
+    result = code_dictionary(both.codes[..., 0], both.target, pairs.label_names, features, seed)
+    tokenizer = getattr(model, "tokenizer", None)
+
+    def text(token: int) -> str:
+        return tokenizer.decode([token]) if tokenizer is not None else str(token)
+
+    for feature in result["features"]:
+        rows = order[feature["top_pairs"]]
+        feature["top_tokens"] = [
+            f"{text(int(pairs.tokens[r, pairs.query[r]]))!r} -> "
+            f"{text(int(pairs.tokens[r, pairs.keys[r, 0]]))!r}"
+            for r in rows.tolist()
+        ]
+    return result
+
+
 def latent_atlas(
     model: HookedLike,
     pairs: TokenPairs,
@@ -123,7 +151,9 @@ def latent_atlas(
     the ID pairs; ``test``: accuracy on the OOD pairs, ``id_test``: on the other ID half,
     each with its binomial standard error ``_se``),
     ``clustering`` (per layer), ``mean_weight`` (per layer, head and relation),
-    ``embedding`` (2-D, of the layer decoded best OOD), ``ablation`` (zeroing each head's
+    ``embedding`` (2-D, of the layer decoded best OOD), ``dictionary`` (a non-negative
+    factorisation of every pair's code over all layers and heads,
+    :mod:`~latentlens.probes.code_dictionary`), ``ablation`` (zeroing each head's
     output, change in the log-probability of the answer on ``ablation_examples`` pairs;
     where the pairs have answers) and ``degenerate`` (named problems). ``causal``: the
     model is a decoder, so the codes are read without the tokens after each batch's last
@@ -159,6 +189,7 @@ def latent_atlas(
         "degenerate": _degenerate(both, by_ood),
     }
     results["embedding"]["layer"] = best
+    results["dictionary"] = _dictionary(model, pairs, both, seed)
     if ablation and bool((pairs.answer >= 0).any()):
         index = torch.arange(len(pairs))[pairs.answer >= 0][:ablation_examples]
         results["ablation"] = head_ablation_table(

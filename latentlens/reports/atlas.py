@@ -148,6 +148,53 @@ def _head_types_section(results: dict[str, Any]) -> Section:
     )
 
 
+def _detector_types(results: dict[str, Any]) -> dict[tuple[int, int], str]:
+    """Each head among the detector's top three of a type, with that type's name."""
+    if "head_types" not in results:
+        return {}
+    return {
+        (layer, head): kind.replace("_head", "").replace("_", "-")
+        for kind in HEAD_TYPES
+        for layer, head, _ in top_heads(results["head_types"], kind)
+    }
+
+
+def _dictionary_section(results: dict[str, Any]) -> Section:
+    dictionary = results["dictionary"]
+    types = _detector_types(results)
+    table = []
+    for number, feature in enumerate(dictionary["features"]):
+        activation = feature["relation_activation"]
+        fires = max(activation, key=activation.get)
+        table.append({
+            "feature": number,
+            "share": f"{feature['activation_share']:.2f}",
+            "heads for half": feature["heads_for_half"],
+            "top heads (share of loading)": ", ".join(
+                f"L{layer}H{head} {share:.2f}"
+                + (f" ({types[(layer, head)]})" if (layer, head) in types else "")
+                for layer, head, share in feature["heads"][:3]
+            ),
+            "most active on": fires,
+            "top pairs (query -> key)": "; ".join(feature["top_tokens"][:3]),
+        })  # fmt: skip
+    single = sum(f["heads_for_half"] == 1 for f in dictionary["features"])
+    return Section(
+        "A dictionary of codes",
+        [
+            f"Non-negative matrix factorisation of every pair's code over all "
+            f"{dictionary['layers']} layers x {dictionary['heads']} heads into "
+            f"{len(dictionary['features'])} features, which reconstruct "
+            f"{dictionary['explained']:.0%} of the codes' variance. A feature loaded by one "
+            "head is that head. A feature whose half needs several heads is a pattern they "
+            f"form together. {single} of {len(dictionary['features'])} features are single "
+            "heads. Each head is marked with the type the head detector gives it (among a "
+            "type's top three), and features are ordered by their share of the activation.",
+        ],
+        table,
+    )
+
+
 def _clustering_section(results: dict[str, Any]) -> Section:
     table = [
         {"layer": r["layer"], **{k: "-" if r[k] is None else r[k] for k in ("ari", "ami", "nmi",
@@ -199,6 +246,7 @@ def write_atlas(
         _heads_section(results, weights),
         *([_head_types_section(results)] if "head_types" in results else []),
         *([_induction_section(results)] if "induction_ablation" in results else []),
+        *([_dictionary_section(results)] if "dictionary" in results else []),
         _clustering_section(results),
         Section(
             "The codes in two dimensions",
