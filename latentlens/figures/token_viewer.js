@@ -6,8 +6,8 @@
 (function () {
   if (window.latentlensTokenViewer) { window.latentlensTokenViewer.drawAll(); return; }
 
-  function decode(data) {  // base64 of little-endian uint16 weights * 65535
-    var bytes = atob(data.weights), view = new DataView(new ArrayBuffer(bytes.length));
+  function decode(data, field) {  // base64 of little-endian uint16 values * 65535
+    var bytes = atob(data[field || "weights"]), view = new DataView(new ArrayBuffer(bytes.length));
     for (var i = 0; i < bytes.length; i++) view.setUint8(i, bytes.charCodeAt(i));
     var values = new Float32Array(bytes.length / 2);
     for (var j = 0; j < values.length; j++) values[j] = view.getUint16(2 * j, true) / 65535;
@@ -32,6 +32,7 @@
     if (root.dataset.llvDrawn) return;
     var data = JSON.parse(document.getElementById(root.dataset.llv).textContent);
     var weights = decode(data), n = data.tokens.length, L = data.layers, H = data.heads;
+    var features = data.features ? decode(data, "feature_activations") : null;
     var state = { layer: data.layers - 1, query: null, key: null, held: false };
     function a(l, h, q, k) { return weights[((l * H + h) * n + q) * n + k]; }
     function head(h) {
@@ -139,6 +140,17 @@
         table.appendChild(tr);
       }
       code.appendChild(table);
+      if (!data.features) return;
+      var F = data.features.length, used = [];
+      for (var f = 0; f < F; f++) {
+        var value = features[(state.query * n + state.key) * F + f] * data.feature_scale;
+        if (value > 0.005 * data.feature_scale) used.push([value, data.features[f]]);
+      }
+      used.sort(function (x, y) { return y[0] - x[0]; });
+      var list = element("div", "llv-features", used.length ? "dictionary features of this code: " +
+        used.slice(0, 3).map(function (u) { return u[1] + " " + u[0].toFixed(3); }).join("; ") :
+        "dictionary features of this code: none active");
+      code.appendChild(list);
     }
 
     function redraw() { say(); drawTokens(); drawPattern(); drawCode(); }

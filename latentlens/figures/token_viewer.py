@@ -50,6 +50,10 @@ class TokenAttention:
     tokens: tuple[str, ...]
     patterns: torch.Tensor
     key_value_groups: tuple[int, ...] | None = None
+    # a dictionary of codes (latentlens.probes.code_dictionary): each feature's name and
+    # its activation on every pair, ``[query, key, feature]`` (see :func:`with_dictionary`)
+    features: tuple[str, ...] = ()
+    feature_activations: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
         if self.patterns.ndim != 4:
@@ -66,6 +70,15 @@ class TokenAttention:
             raise ValueError(
                 f"key_value_groups names {len(self.key_value_groups)} heads; the patterns "
                 f"have {heads}"
+            )
+
+        if self.features and (
+            self.feature_activations is None
+            or tuple(self.feature_activations.shape) != (queries, keys, len(self.features))
+        ):
+            raise ValueError(
+                f"feature_activations must be [{queries}, {keys}, {len(self.features)}] for "
+                f"{len(self.features)} features"
             )
 
     def code(self, query: int, key: int) -> torch.Tensor:
@@ -167,6 +180,31 @@ def script_json(data: Any) -> str:
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
+def with_dictionary(view: TokenAttention, dictionary: dict[str, Any]) -> TokenAttention:
+    """``view`` with the features of ``dictionary`` (:func:`~latentlens.probes.
+    code_dictionary.code_dictionary`'s result) active on each of its pairs: the non-negative
+    activations W that reconstruct every pair's code from the dictionary's parts H (its
+    ``components``, held fixed), so hovering a pair names the features it uses."""
+    from sklearn.decomposition import non_negative_factorization  # noqa: PLC0415
+
+    parts = np.asarray(dictionary["components"], dtype=np.float64)
+    layers, heads, queries, keys = view.patterns.shape
+    if parts.shape[1] != layers * heads:
+        raise ValueError(
+            f"the dictionary's features span {parts.shape[1]} heads; the view has "
+            f"{layers} x {heads}"
+        )
+    codes = view.patterns.permute(2, 3, 0, 1).reshape(queries * keys, -1).double().numpy()
+    activations, _, _ = non_negative_factorization(
+        codes, H=parts, n_components=len(parts), update_H=False, max_iter=500
+    )
+    names = tuple(feature["name"] for feature in dictionary["features"])
+    return TokenAttention(
+        view.model, view.tokens, view.patterns, view.key_value_groups, names,
+        torch.from_numpy(activations).float().reshape(queries, keys, len(parts)),
+    )  # fmt: skip
+
+
 def _payload(view: TokenAttention) -> str:
     """The viewer's data as JSON, safe inside a <script> element."""
     layers, heads = view.patterns.shape[:2]
@@ -179,6 +217,14 @@ def _payload(view: TokenAttention) -> str:
         "key_value_groups": list(view.key_value_groups) if view.key_value_groups else None,
         "weights": base64.b64encode(quantised.tobytes()).decode(),
     }
+    if view.features:
+        activations = view.feature_activations.numpy()
+        scale = float(max(activations.max(), 1e-12))
+        data["features"] = list(view.features)
+        data["feature_scale"] = scale
+        data["feature_activations"] = base64.b64encode(
+            np.rint(activations / scale * 65535).astype("<u2").tobytes()
+        ).decode()
     return script_json(data)
 
 

@@ -39,11 +39,13 @@ def code_dictionary(
 ) -> dict[str, Any]:
     """NMF of ``codes`` ``[pairs, layer, head]`` (non-negative) into ``features`` parts;
     ``labels`` ``[pairs]`` name each pair's relation (``label_names``). Returns
-    ``{"features": [...], "explained": R², "layers", "heads"}``; each feature holds
-    ``heads`` (top :data:`TOP_HEADS` as ``[layer, head, share of the loading]``),
-    ``heads_for_half``, ``relation_activation`` (mean activation per relation),
-    ``top_pairs`` (indices of the :data:`TOP_PAIRS` most active pairs), ``top_relations``
-    (their relations) and ``activation_share`` (its share of all activation × loading)."""
+    ``{"features": [...], "components": H [features][layer x head] (in the features'
+    order), "explained": R², "layers", "heads"}``. Each feature holds its ``name`` (number,
+    the relation it fires on most, its top head), ``heads`` (top :data:`TOP_HEADS` as
+    ``[layer, head, share of the loading]``), ``heads_for_half``, ``relation_activation``
+    (mean activation per relation), ``top_pairs`` (indices of the :data:`TOP_PAIRS` most
+    active pairs), ``top_relations`` (their relations) and ``activation_share`` (its share
+    of all activation × loading)."""
     from sklearn.decomposition import NMF  # noqa: PLC0415 (scikit-learn loads slowly)
 
     if codes.ndim != 3:
@@ -64,25 +66,28 @@ def code_dictionary(
     spread = ((x - x.mean(0)) ** 2).sum()
     mass = activation.sum(0) * parts.sum(1)
     labels = labels.cpu().numpy()
-    rows = []
-    for f in np.argsort(-mass):
+    rows, components = [], []
+    for number, f in enumerate(np.argsort(-mass)):
         loading = parts[f]
         top = np.argsort(-loading)[:TOP_HEADS]
         best = np.argsort(-activation[:, f])[:TOP_PAIRS]
+        fires = {name: float(activation[labels == k, f].mean()) if (labels == k).any() else 0.0
+                 for k, name in enumerate(label_names)}  # fmt: skip
+        components.append(loading.tolist())
         rows.append({
+            "name": f"#{number} {max(fires, key=fires.get)} "
+                    f"(L{top[0] // heads}H{top[0] % heads})",
             "heads": [[int(i // heads), int(i % heads), float(loading[i] / loading.sum())]
                       for i in top],
             "heads_for_half": heads_for_share(loading),
-            "relation_activation": {
-                name: float(activation[labels == k, f].mean()) if (labels == k).any() else 0.0
-                for k, name in enumerate(label_names)
-            },
+            "relation_activation": fires,
             "top_pairs": best.tolist(),
             "top_relations": [label_names[labels[i]] for i in best],
             "activation_share": float(mass[f] / mass.sum()),
         })  # fmt: skip
     return {
         "features": rows,
+        "components": components,
         "explained": float(1.0 - residual / spread),
         "layers": layers,
         "heads": heads,

@@ -23,7 +23,7 @@ from latentlens.figures.atlas import relation_weights
 from latentlens.figures.interactive import code_embedding_plotly
 from latentlens.figures.probes import code_embedding, decoding_by_head, head_ablation
 from latentlens.figures.save import save_figure
-from latentlens.figures.token_viewer import TokenViewer, token_attention
+from latentlens.figures.token_viewer import TokenViewer, token_attention, with_dictionary
 from latentlens.probes.atlas import ABLATION_EXAMPLES, latent_atlas
 from latentlens.probes.head_types import HEAD_TYPES, head_type_scores, top_heads
 from latentlens.probes.induction import induction_ablation, repeated_random_tokens
@@ -401,7 +401,8 @@ def run_atlas(
     viewer = None
     if getattr(model, "tokenizer", None) is not None:
         text = prompt if prompt is not None else default_prompt(seed)
-        viewer = TokenViewer(token_attention(model, text, name=name))
+        view = token_attention(model, text, name=name)
+        viewer = TokenViewer(with_dictionary(view, results["dictionary"]))
     write_atlas(results, out_dir, viewer)
     return results
 

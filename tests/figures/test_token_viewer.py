@@ -21,6 +21,7 @@ from latentlens.figures.token_viewer import (
     TokenViewer,
     shown,
     token_texts,
+    with_dictionary,
 )
 from latentlens.pretrained import load_language_model
 from latentlens.reports.report import Section, write_report
@@ -220,4 +221,34 @@ def test_a_long_prompt_wraps_and_the_page_stays_as_wide_as_the_window(
     assert page_overflow(page) <= 0  # the wide pattern scrolls inside its own box
     scroll = page.locator(".llv-pattern").evaluate("e => [e.scrollWidth, e.clientWidth]")
     assert scroll[0] > scroll[1]
+    assert page.errors == []
+
+
+def test_the_dictionarys_features_are_named_on_hover(
+    tmp_path: Path,
+    page,  # noqa: F811
+) -> None:
+    """#67: a pair's code decomposed over a dictionary's parts; hovering the pair lists its
+    strongest features. Codes built from two parts are recovered exactly."""
+    layers, heads, n = 2, 3, 6
+    parts = torch.zeros(2, layers * heads, dtype=torch.float64)
+    parts[0, 0] = 1.0  # L0H0 alone
+    parts[1, [2, 4, 5]] = 1.0  # L0H2, L1H1 and L1H2 together
+    generator = torch.Generator().manual_seed(0)
+    weights = torch.rand(n, n, 2, generator=generator, dtype=torch.float64)
+    weights[1, 0] = torch.tensor([0.0, 0.4])  # query 1 on key 0: the shared part alone
+    codes = weights @ parts  # [query, key, layer x head]
+    patterns = codes.reshape(n, n, layers, heads).permute(2, 3, 0, 1).float()
+    view = TokenAttention("dict", tuple(f" t{i}" for i in range(n)), patterns)
+    names = [{"name": "#0 single (L0H0)"}, {"name": "#1 shared (L0H2)"}]
+    dictionary = {"components": parts.tolist(), "features": names}
+    shown_view = with_dictionary(view, dictionary)
+    torch.testing.assert_close(shown_view.feature_activations.double(), weights, atol=2e-3, rtol=0)
+    page.goto(TokenViewer(shown_view).save(tmp_path / "viewer.html").as_uri())
+    page.hover(".llv-token[data-position='1']")
+    page.hover(".llv-cell[data-key='0'] >> nth=0")
+    listed = page.inner_text(".llv-features")
+    assert listed == "dictionary features of this code: #1 shared (L0H2) 0.400"
+    with pytest.raises(ValueError, match="feature_activations must be \\[6, 6, 2\\]"):
+        TokenAttention("x", view.tokens, patterns, None, ("a", "b"), torch.zeros(6, 6, 3))
     assert page.errors == []
