@@ -7,7 +7,8 @@
 Sequences: a BOS token and 20 random tokens repeated once. Pairs: a token of the second
 copy (query) and the token after its first occurrence (the induction key). For each
 induction head (the head detector's top three in the atlas's results): the score on the
-induction key split over the key's residual components, averaged over pairs; then the
+induction key split over the key's residual components (and, printed after, over the
+query's), averaged over pairs; then the
 head's mean attention weight on the induction key with the ``--top`` source heads' outputs
 zeroed (at every position), beside ``--draws`` draws of as many random heads of the same
 earlier layers (their mean output norm at the keys is printed beside the top heads'), and
@@ -27,7 +28,7 @@ from pathlib import Path
 import torch
 
 from latentlens.pretrained import model_folder
-from latentlens.pretrained.score_sources import key_score_sources, residual_components
+from latentlens.pretrained.score_sources import residual_components, score_sources
 from latentlens.probes.head_types import top_heads
 
 LENGTH = 20
@@ -108,11 +109,15 @@ def main(argv: list[str] | None = None) -> int:
     heads = [(layer, head) for layer, head, _ in top_heads(types, "induction_head")]
     rows = []
     for layer, head in heads:
-        sources = key_score_sources(model, ids, layer, head, pairs)
+        sources = score_sources(model, ids, layer, head, pairs)
         mean = sources.contributions.mean(0)
         error = sources.contributions.std(0) / len(pairs) ** 0.5
         order = torch.argsort(mean, descending=True)
         ranked = [(sources.names[i], float(mean[i]), float(error[i])) for i in order[:8]]
+        on_query = score_sources(model, ids, layer, head, pairs, side="query").contributions
+        query_mean = on_query.mean(0)
+        query_ranked = [(sources.names[i], float(query_mean[i]))
+                        for i in torch.argsort(query_mean, descending=True)[:5]]  # fmt: skip
         top = [name for name, _, _ in ranked if "H" in name and "MLP" not in name][: args.top]
         zeroed = [(int(n[1:].split("H")[0]), int(n.split("H")[1])) for n in top]
         norms = output_norms(model, ids, pairs, layer)
@@ -132,6 +137,7 @@ def main(argv: list[str] | None = None) -> int:
             "head": f"L{layer}H{head}", "pairs": len(pairs),
             "score": float(sources.scores.mean()),
             "top_sources": ranked,
+            "top_query_sources": query_ranked,
             "ablated": top, "ablated_norm": statistics.mean(norms[n] for n in top),
             "weight": baseline, "weight_top_ablated": targeted,
             "weight_random_ablated": statistics.mean(random_weights),
@@ -161,6 +167,10 @@ def main(argv: list[str] | None = None) -> int:
             f"{row['weight_random_ablated']:.3f} ± {row['weight_random_se']:.3f} | "
             f"{row['ablated_norm']:.1f} / {row['random_norm']:.1f} |"
         )
+    print("\nThe same scores split at the query (Q-composition):\n")
+    for row in rows:
+        sources = ", ".join(f"{n} {v:+.2f}" for n, v in row["top_query_sources"])
+        print(f"- {row['head']}: {sources}")
     if args.out:
         args.out.write_text(json.dumps(rows, indent=1))
     return 0

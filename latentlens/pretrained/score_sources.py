@@ -13,7 +13,8 @@ in r, so the score s = scaling · q · k is the sum over components c of
 exactly (tests/pretrained/test_score_sources.py checks Σ_c s_c against the eager score).
 A component with a large s_c on an induction head's induction key is the key-side
 composition (K-composition) the induction circuit is known for: the previous-token heads
-writing "the token before me" into the key.
+writing "the token before me" into the key. The same split at the query (``side="query"``)
+gives the query-side composition (Q-composition), the key taken whole.
 """
 
 from __future__ import annotations
@@ -80,16 +81,27 @@ def residual_components(
     return parts, names
 
 
-def key_score_sources(
-    model: Any, input_ids: torch.Tensor, layer: int, head: int, pairs: torch.Tensor
+SIDES = ("key", "query")
+
+
+def score_sources(
+    model: Any,
+    input_ids: torch.Tensor,
+    layer: int,
+    head: int,
+    pairs: torch.Tensor,
+    side: str = "key",
 ) -> ScoreSources:
     """The score of head (``layer``, ``head``) on ``pairs`` ``[P, 3]`` (batch index, query
-    position, key position) of ``input_ids`` split over the key's residual components. For
-    a Llama-family Hugging Face model (``model.model.layers``, RMSNorm, rotary positions,
-    no attention bias)."""
+    position, key position) of ``input_ids`` split over the residual components at the key
+    (``side="key"``: K-composition) or at the query (``side="query"``: Q-composition), the
+    other side's vector taken whole from the run. For a Llama-family Hugging Face model
+    (``model.model.layers``, RMSNorm, rotary positions, no attention bias)."""
     from transformers.models.llama.modeling_llama import rotate_half  # noqa: PLC0415
 
     config = model.config
+    if side not in SIDES:
+        raise ValueError(f"side={side!r} is unknown; choose one of {list(SIDES)}")
     if getattr(config, "attention_bias", False):
         raise ValueError("the model's attention has biases: the split assumes none (Llama)")
     if not 0 <= layer < config.num_hidden_layers or not 0 <= head < config.num_attention_heads:
@@ -107,16 +119,23 @@ def key_score_sources(
     scale = torch.rsqrt(residual.float().pow(2).mean(-1, keepdim=True) + norm.variance_epsilon)
     positions = torch.arange(input_ids.shape[1])[None].expand(input_ids.shape[0], -1)
     cos, sin = model.model.rotary_emb(residual, positions)  # [batch, pos, dim]
-    b, q_pos, k_pos = pairs[:, 0], pairs[:, 1], pairs[:, 2]
+    b = pairs[:, 0]
+
+    def projected(position: torch.Tensor, split: bool, weight: torch.nn.Linear, index: int):
+        """Rotated projections at ``position``: ``[P, dim]`` of the whole residual, or
+        ``[P, components, dim]`` of each component (``split``)."""
+        if split:
+            x = torch.stack([part[b, position] for part in parts], 1) * scale[b, position][:, None]
+        else:
+            x = residual[b, position] * scale[b, position]
+        vector = weight(x * norm.weight).unflatten(-1, (-1, dim))[..., index, :]
+        turn = (slice(None), None) if split else (slice(None),)
+        c, s_ = cos[b, position][turn], sin[b, position][turn]
+        return vector * c + rotate_half(vector) * s_
+
     with torch.no_grad():
-        normed_q = residual[b, q_pos] * scale[b, q_pos] * norm.weight  # [P, d_model]
-        query = attention.q_proj(normed_q).unflatten(-1, (-1, dim))[:, head]  # [P, dim]
-        stack = torch.stack([part[b, k_pos] for part in parts], 1)  # [P, components, d_model]
-        keys = attention.k_proj(stack * scale[b, k_pos][:, None] * norm.weight)
-        keys = keys.unflatten(-1, (-1, dim))[:, :, group]  # [P, components, dim]
-        cos_q, sin_q = cos[b, q_pos], sin[b, q_pos]  # [P, dim]
-        query = query * cos_q + rotate_half(query) * sin_q
-        cos_k, sin_k = cos[b, k_pos][:, None], sin[b, k_pos][:, None]
-        keys = keys * cos_k + rotate_half(keys) * sin_k
-        contributions = torch.einsum("pd,pcd->pc", query, keys) * attention.scaling
+        query = projected(pairs[:, 1], side == "query", attention.q_proj, head)
+        key = projected(pairs[:, 2], side == "key", attention.k_proj, group)
+        equation = "pd,pcd->pc" if side == "key" else "pcd,pd->pc"
+        contributions = torch.einsum(equation, query, key) * attention.scaling
     return ScoreSources(layer, head, tuple(names), contributions, contributions.sum(1))

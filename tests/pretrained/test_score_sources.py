@@ -9,7 +9,7 @@ import torch
 from transformers import AutoModelForCausalLM
 from transformers.models.llama import modeling_llama
 
-from latentlens.pretrained.score_sources import key_score_sources, residual_components
+from latentlens.pretrained.score_sources import residual_components, score_sources
 
 from .tiny_models import write_tiny_llama
 
@@ -43,13 +43,14 @@ def eager_scores(model, ids: torch.Tensor, layer: int) -> torch.Tensor:
     return caught["scores"]
 
 
+@pytest.mark.parametrize("side", ["key", "query"])
 @pytest.mark.parametrize("layer", [0, 1])
-def test_the_components_sum_to_the_models_score(llama, layer: int) -> None:
+def test_the_components_sum_to_the_models_score(llama, layer: int, side: str) -> None:
     ids = torch.randint(3, 20, (2, 10), generator=torch.Generator().manual_seed(0))
     pairs = torch.tensor([[0, 9, 3], [1, 5, 5], [1, 7, 0], [0, 4, 1]])
     reference = eager_scores(llama, ids, layer)
     for head in range(4):
-        sources = key_score_sources(llama, ids, layer, head, pairs)
+        sources = score_sources(llama, ids, layer, head, pairs, side)
         expected = reference[pairs[:, 0], head, pairs[:, 1], pairs[:, 2]]
         torch.testing.assert_close(sources.scores, expected, atol=ROUNDING, rtol=0)
         assert sources.contributions.shape == (4, 1 + layer * (4 + 1))
@@ -66,6 +67,17 @@ def test_the_components_are_the_residual_stream(llama) -> None:
     assert names[-1] == "L0MLP" and len(names) == 1 + 4 + 1
 
 
+def test_the_sides_differ_where_the_query_and_key_tokens_differ(llama) -> None:
+    ids = torch.randint(3, 20, (1, 8), generator=torch.Generator().manual_seed(1))
+    pairs = torch.tensor([[0, 7, 2]])
+    key, query = (score_sources(llama, ids, 1, 2, pairs, side) for side in ("key", "query"))
+    torch.testing.assert_close(key.scores, query.scores, atol=ROUNDING, rtol=0)
+    assert not torch.allclose(key.contributions, query.contributions)
+
+
 def test_a_head_outside_the_model_is_named(llama) -> None:
+    ids = torch.zeros(1, 4, dtype=torch.long)
     with pytest.raises(ValueError, match="layer 2, head 0 is not a head of this model"):
-        key_score_sources(llama, torch.zeros(1, 4, dtype=torch.long), 2, 0, [[0, 3, 1]])
+        score_sources(llama, ids, 2, 0, [[0, 3, 1]])
+    with pytest.raises(ValueError, match="side='value' is unknown"):
+        score_sources(llama, ids, 1, 0, [[0, 3, 1]], side="value")
