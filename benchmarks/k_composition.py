@@ -34,6 +34,12 @@ from latentlens.probes.head_types import top_heads
 LENGTH = 20
 
 
+def head_of(name: str) -> tuple[int, int]:
+    """(layer, head) of a component named ``L{layer}H{head}``."""
+    layer, head = name[1:].split("H")
+    return int(layer), int(head)
+
+
 def induction_batch(sequences: int, vocab: int, bos: int, seed: int) -> tuple:
     generator = torch.Generator().manual_seed(seed)
     tokens = torch.randint(100, vocab, (sequences, LENGTH), generator=generator)
@@ -119,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         query_ranked = [(sources.names[i], float(query_mean[i]))
                         for i in torch.argsort(query_mean, descending=True)[:5]]  # fmt: skip
         top = [name for name, _, _ in ranked if "H" in name and "MLP" not in name][: args.top]
-        zeroed = [(int(n[1:].split("H")[0]), int(n.split("H")[1])) for n in top]
+        zeroed = [head_of(n) for n in top]
         norms = output_norms(model, ids, pairs, layer)
         baseline = weight_on_key(model, ids, pairs, layer, head, [])
         targeted = weight_on_key(model, ids, pairs, layer, head, zeroed)
@@ -129,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(args.draws):
             drawn = [candidates[i] for i in torch.randperm(len(candidates), generator=generator)
                      [: args.top]]  # fmt: skip
-            heads_drawn = [(int(n[1:].split("H")[0]), int(n.split("H")[1])) for n in drawn]
+            heads_drawn = [head_of(n) for n in drawn]
             random_weights.append(weight_on_key(model, ids, pairs, layer, head, heads_drawn))
             random_norms.append(statistics.mean(norms[n] for n in drawn))
             noise_weights.append(weight_on_key(model, ids, pairs, layer, head, zeroed, generator))

@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from latentlens.models import pattern_hook_name
-from latentlens.probes.interventions import rows_of
+from latentlens.probes.interventions import PARTS, rows_of
 from latentlens.probes.linear import label_permutations, ridge_decoding
 
 if TYPE_CHECKING:
@@ -43,8 +43,6 @@ if TYPE_CHECKING:
     from latentlens.tasks.fuzzy_logic import FuzzyLogicTask
 
 DONOR_KINDS = ("one-term", "random-combination", "same-combination")
-# A fraction's standard error is read from its spread over this many parts of the batch.
-PARTS = 16
 # Random directions of the steering control: the smallest p-value they give is 1 / 21.
 RANDOM_DIRECTIONS = 20
 RIDGE_ALPHA = 1.0
@@ -116,7 +114,9 @@ def predictions(
 
 def fraction_moved(change: torch.Tensor, reference: torch.Tensor) -> tuple[float, float]:
     """Σ change·reference / Σ reference² over examples (``[n]`` each), and its standard
-    error from the spread of the same ratio over :data:`PARTS` parts of the examples."""
+    error from the spread of the same ratio over
+    :data:`~latentlens.probes.interventions.PARTS` parts of the examples (as every
+    intervention's)."""
     change, reference = change.double().cpu(), reference.double().cpu()
     whole = float((change * reference).sum() / reference.square().sum())
     parts = [
