@@ -8,6 +8,8 @@
   ``OMP_NUM_THREADS``: the notebooks' kernels, the CLI subprocesses). On a busy machine
   the tests then take the free cores instead of fighting the neighbours for all of them;
   and a test comparing two runs bit for bit never sees their thread counts differ.
+- New runs compute their step eagerly (``LATENTLENS_PATH``) instead of timing each path
+  first (``latentlens.training.fast_path``); the tests of that choice unset it.
 """
 
 import os
@@ -15,6 +17,7 @@ import os
 import torch
 
 from latentlens.threads import ENVIRONMENT, choose_threads
+from latentlens.training.fast_path import ENVIRONMENT as PATH_ENVIRONMENT
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
@@ -25,3 +28,4 @@ THREADS = max(1, choose_threads() // WORKERS)
 os.environ[ENVIRONMENT] = str(THREADS)
 os.environ.setdefault("OMP_NUM_THREADS", str(THREADS))
 torch.set_num_threads(THREADS)
+os.environ[PATH_ENVIRONMENT] = "eager"

@@ -106,12 +106,13 @@ def train_command(run: Path) -> list[str]:
 def test_the_same_command_gives_the_same_metrics_idle_and_beside_busy_neighbours(
     tmp_path: Path,
 ) -> None:
-    """Before runs recorded their count, the busy run chose fewer threads than the idle one
-    and its metrics differed in the 7th digit (float sums split another way)."""
+    """The run finds that its step computes the same gradients on 1 and 2 threads, records
+    both and follows the load; beside a busy neighbour it takes fewer threads than idle,
+    and its metrics are the idle run's to the last digit."""
     env = {k: v for k, v in os.environ.items() if k not in (threads.ENVIRONMENT, "OMP_NUM_THREADS")}
     subprocess.run(train_command(tmp_path / "idle"), env=env, check=True, timeout=300)
     spin = "import time\nend = time.time() + 300\nwhile time.time() < end: pass"
-    # one CPU kept busy: enough for the old load-adaptive choice to take one thread fewer
+    # one CPU kept busy: enough for the load-adaptive choice to take one thread fewer
     neighbours = [subprocess.Popen([sys.executable, "-c", spin])]
     try:
         time.sleep(0.5)  # the neighbours are running when the run chooses
@@ -123,10 +124,70 @@ def test_the_same_command_gives_the_same_metrics_idle_and_beside_busy_neighbours
             neighbour.wait()
     idle, busy = (json.loads((tmp_path / name / "config.json").read_text())
                   for name in ("idle", "busy"))  # fmt: skip
-    assert idle["train"]["threads"] == busy["train"]["threads"] == threads.available_cpus()
+    assert idle["train"]["threads"] is None and busy["train"]["threads"] is None
+    assert idle["train"]["thread_counts"] == busy["train"]["thread_counts"]
+    assert idle["train"]["thread_counts"][:2] == [1, 2]
     assert (tmp_path / "idle" / "metrics.jsonl").read_text() == (
         tmp_path / "busy" / "metrics.jsonl"
     ).read_text()
+
+
+@pytest.mark.parametrize(
+    ("task", "attention"),
+    [
+        ("fuzzy-logic", "softmax"),
+        ("fuzzy-logic", "linear"),
+        ("fuzzy-logic", "hyla"),
+        ("sraven", "hyla"),
+    ],  # fmt: skip
+)
+def test_one_and_two_threads_train_the_same_numbers(
+    tmp_path: Path, task: str, attention: str
+) -> None:
+    """The seeded command on 1 and on 2 threads: every evaluation equal to the last digit
+    (PyTorch's own layer-norm backward and the gather of relative positions once made them
+    differ in the 7th)."""
+    flags = ["train", "--task", task, "--attention", attention, "--steps", "12",
+             "--eval-every", "4", "--eval-examples", "128", "--warmup-steps", "4",
+             "--device", "cpu", "--quiet"]  # fmt: skip
+    for count in (1, 2):
+        assert main(["--threads", str(count), *flags, "--run-dir", str(tmp_path / str(count))]) == 0
+    one, two = ((tmp_path / str(c) / "metrics.jsonl").read_text() for c in (1, 2))
+    assert one == two and one.count("\n") >= 4 * 2
+
+
+def test_a_run_follows_the_load_within_its_agreeing_counts(monkeypatch: pytest.MonkeyPatch) -> None:
+    from latentlens.training import thread_choice
+
+    monkeypatch.setattr(thread_choice, "available_cpus", lambda: 8)
+    assert thread_choice.candidate_counts() == (1, 2, 4, 8)
+    assert thread_choice.candidate_counts(6) == (1, 2, 4, 6)
+    monkeypatch.setattr(thread_choice, "busy_elsewhere", lambda cpus: 5)  # 3 free
+    assert thread_choice.start_threads((1, 2, 4, 8)) == 2
+    monkeypatch.setattr(thread_choice, "busy_elsewhere", lambda cpus: 0)
+    assert thread_choice.start_threads((1, 2, 4, 8)) == 8
+    assert thread_choice.start_threads((1, 2)) == 2
+
+
+def test_counts_whose_gradients_differ_are_left_out() -> None:
+    """PyTorch's own layer norm sums its weight's gradient in one partial per thread: it
+    agrees on one count only; latentlens's column sums agree on both."""
+    from latentlens.models.layer_norm import LayerNorm
+    from latentlens.training.thread_choice import agreeing_thread_counts
+
+    class Objective(torch.nn.Module):
+        def __init__(self, model: torch.nn.Module, task: object) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, batch: torch.Tensor) -> torch.Tensor:
+            return (self.model(batch) * batch.flip(0)).sum()
+
+    torch.manual_seed(0)
+    batch = torch.randn(2048, 128)
+    theirs, ours = torch.nn.LayerNorm(128), LayerNorm(128)
+    assert agreeing_thread_counts(theirs, Objective, None, batch, 0.0, (1, 2)) == (1,)
+    assert agreeing_thread_counts(ours, Objective, None, batch, 0.0, (1, 2)) == (1, 2)
 
 
 def test_a_resumed_run_computes_with_its_recorded_threads(tmp_path: Path, capsys) -> None:

@@ -134,6 +134,14 @@ def add_train_parser(commands: argparse._SubParsersAction) -> None:
         help="capture the whole train step (data, forward, backward, AdamW) in one CUDA graph",
     )
     train.add_argument(
+        "--eager",
+        action="store_true",
+        help="compute the step eagerly. Without --eager, --compile, --fused or "
+        "--cuda-graphs, a new run of 5,000 steps or more times each path on a few steps "
+        "(cached per machine and model) and takes the fastest; shorter runs are eager. "
+        "The path is recorded in the run's config and kept on resume",
+    )
+    train.add_argument(
         "--time-budget",
         type=float,
         metavar="SECONDS",
@@ -288,6 +296,7 @@ def run_train(args: argparse.Namespace) -> int:
         seed_configs,
     )
     from latentlens.training.distributed import shutdown_distributed
+    from latentlens.training.fast_path import path_of
     from latentlens.training.loggers import experiment_loggers
     from latentlens.training.notes import size_notes
 
@@ -302,6 +311,10 @@ def run_train(args: argparse.Namespace) -> int:
         time_budget=args.time_budget,
         fused=args.fused,
     )
+    explicit = args.compile or args.fused or args.cuda_graphs
+    if args.eager and explicit:
+        raise ValueError("--eager computes the step eagerly: drop --compile, --fused and "
+                         "--cuda-graphs, or --eager")  # fmt: skip
     if args.time_budget is not None and not args.time_budget > 0:
         raise ValueError(f"--time-budget {args.time_budget} is invalid: give seconds > 0")
     try:
@@ -313,6 +326,12 @@ def run_train(args: argparse.Namespace) -> int:
             stored = [RunDirectory(run).read_config() for run in args.resume]
             for run, config in zip(args.resume, stored, strict=True):
                 check_resume_flags(args, config, run)
+                path = config.get("train", {}).get("path")
+                flags = args.eager or args.compile or args.fused or args.cuda_graphs
+                if path and flags and path_of(args.compile, args.fused, args.cuda_graphs) != path:
+                    print(f"note: {run} computes its step the way it was started ({path}, "
+                          "recorded in its config); the path flags apply to new runs",
+                          file=sys.stderr)  # fmt: skip
                 recorded = config.get("train", {}).get("threads")
                 if getattr(args, "threads", None) not in (None, recorded) and recorded:
                     print(f"note: {run} computes with the {recorded} thread(s) it was started "
@@ -362,6 +381,7 @@ def run_train(args: argparse.Namespace) -> int:
                 if args.time_budget is not None and continues(run_dir, config):
                     trainer = Trainer.resume(run_dir, **runtime)
                 else:
+                    settle_path(args, config, runtime)
                     trainer = Trainer.create(run_dir, config, init_from=args.init_from, **runtime)
         try:
             if isinstance(trainer, SeedGroup):
@@ -394,6 +414,27 @@ def run_train(args: argparse.Namespace) -> int:
             print_table(records)
     print_seed_summary([records for _, records in finished])
     return 0
+
+
+def settle_path(args: argparse.Namespace, config: dict[str, Any], runtime: dict) -> None:
+    """A new run's path in ``config`` and ``runtime``: the flags', else the config file's
+    recorded one, else ``$LATENTLENS_PATH``, else the fastest measured here
+    (:func:`choose_run_path`); said on stderr when it was measured."""
+    from latentlens.training.fast_path import options_of, path_of, requested_path
+    from latentlens.training.trainer import choose_run_path
+
+    train = config["train"]
+    if args.eager or args.compile or args.fused or args.cuda_graphs:
+        train["path"] = path_of(args.compile, args.fused, args.cuda_graphs)
+    elif train.get("path") is None and requested_path() is not None:
+        train["path"] = requested_path()
+    elif train.get("path") is None:
+        choice = choose_run_path(config, args.device)
+        train["path"] = choice.path
+        if not args.quiet or choice.calibration is not None:
+            print(f"path: {choice.path} ({choice.reason}; --eager, --compile or --fused "
+                  "choose one)", file=sys.stderr)  # fmt: skip
+    runtime.update(options_of(train["path"]))
 
 
 def continues(run_dir: str, config: dict[str, Any]) -> bool:

@@ -33,6 +33,7 @@ from latentlens.models.config import AttentionConfig, resolve_variant
 from latentlens.models.fusion import CONNECTIONS, FuseAttention, LayerConnection
 from latentlens.models.hooked import HookedModel, HookPoint
 from latentlens.models.init import init_linear_, truncated_normal_
+from latentlens.models.layer_norm import LayerNorm
 from latentlens.models.transformer import MLP
 from latentlens.models.validation import check_input
 
@@ -111,7 +112,7 @@ class EncoderDecoderBlock(nn.Module):
     def __init__(self, cfg: EncoderDecoderConfig, causal: bool, cross: bool, fuse: bool) -> None:
         super().__init__()
         eps = cfg.ln_eps
-        self.ln1 = nn.LayerNorm(cfg.d_model, eps=eps)
+        self.ln1 = LayerNorm(cfg.d_model, eps=eps)
         self.attn = Attention(cfg.attention_config(causal=causal, relative=True))
         self.hook_resid_pre, self.hook_attn_out, self.hook_resid_mid = (
             HookPoint(),
@@ -119,15 +120,15 @@ class EncoderDecoderBlock(nn.Module):
             HookPoint(),
         )
         if cross:
-            self.ln_cross = nn.LayerNorm(cfg.d_model, eps=eps)
+            self.ln_cross = LayerNorm(cfg.d_model, eps=eps)
             self.cross_attn = Attention(cfg.attention_config(False, relative=False, cross=True))
             self.hook_cross_out, self.hook_resid_cross = HookPoint(), HookPoint()
         if fuse:
-            self.ln_fuse = nn.LayerNorm(cfg.d_model, eps=eps)
-            self.ln_sources = nn.LayerNorm(cfg.d_model, eps=eps)
+            self.ln_fuse = LayerNorm(cfg.d_model, eps=eps)
+            self.ln_sources = LayerNorm(cfg.d_model, eps=eps)
             self.fuse = FuseAttention(cfg.d_model, cfg.fuse_heads)
             self.hook_fuse_out, self.hook_resid_fused = HookPoint(), HookPoint()
-        self.ln2 = nn.LayerNorm(cfg.d_model, eps=eps)
+        self.ln2 = LayerNorm(cfg.d_model, eps=eps)
         self.mlp = MLP(cfg.d_model, cfg.d_mlp)
         self.hook_mlp_out, self.hook_resid_post = HookPoint(), HookPoint()
 
@@ -170,7 +171,7 @@ class Stack(nn.Module):
             EncoderDecoderBlock(cfg, causal=decoder, cross=decoder, fuse=fuse)
             for _ in range(layers)
         )
-        self.ln_final = nn.LayerNorm(cfg.d_model, eps=cfg.ln_eps)
+        self.ln_final = LayerNorm(cfg.d_model, eps=cfg.ln_eps)
 
 
 class EncoderDecoderTransformer(HookedModel):

@@ -90,7 +90,12 @@ class RelativePositionBias(nn.Module):
                 self.table.device,
                 query_start,
             )
-        return self.table[:, buckets]
+        # table @ one-hot(buckets) is the gather exactly (one product with 1, the rest
+        # zeros); its gradient is a matmul, summed the same on any number of CPU threads
+        # where the gather's scatter-add is not
+        slots = torch.arange(self.num_buckets, device=buckets.device)
+        one_hot = (buckets.unsqueeze(-1) == slots).to(self.table.dtype)  # no host sync
+        return torch.einsum("hn,qkn->hqk", self.table, one_hot)
 
 
 def sinusoidal_encoding(n_ctx: int, d_model: int) -> torch.Tensor:

@@ -38,6 +38,7 @@ from latentlens.models.attention import Attention
 from latentlens.models.config import AttentionConfig, TransformerConfig
 from latentlens.models.hooked import HookedModel, HookPoint, any_hooked
 from latentlens.models.init import embedding_normal_, init_linear_
+from latentlens.models.layer_norm import LayerNorm
 from latentlens.models.position import sinusoidal_encoding
 from latentlens.models.validation import check_dtype, check_input
 
@@ -81,9 +82,9 @@ class TransformerBlock(nn.Module):
     def __init__(self, attn_cfg: AttentionConfig, d_mlp: int, ln_eps: float) -> None:
         super().__init__()
         d_model = attn_cfg.d_model
-        self.ln1 = nn.LayerNorm(d_model, eps=ln_eps)
+        self.ln1 = LayerNorm(d_model, eps=ln_eps)
         self.attn = Attention(attn_cfg)
-        self.ln2 = nn.LayerNorm(d_model, eps=ln_eps)
+        self.ln2 = LayerNorm(d_model, eps=ln_eps)
         self.mlp = MLP(d_model, d_mlp)
         self.hook_resid_pre = HookPoint()
         self.hook_attn_out = HookPoint()
@@ -144,7 +145,7 @@ class DecoderTransformer(HookedModel):
         self.blocks = nn.ModuleList(
             TransformerBlock(attn_cfg, cfg.d_mlp, cfg.ln_eps) for _ in range(cfg.n_layers)
         )
-        self.ln_final = nn.LayerNorm(cfg.d_model, eps=cfg.ln_eps)
+        self.ln_final = LayerNorm(cfg.d_model, eps=cfg.ln_eps)
         self.unembed = init_linear_(nn.Linear(cfg.d_model, cfg.d_output))
         # Set by latentlens.models.use_fused_kernels: the residual stream's adds and
         # layer norms on the fused CPU kernels (the same function to float32 rounding).

@@ -44,6 +44,7 @@ from latentlens.training import (
     list_checkpoints,
     model_for_task,
 )
+from latentlens.training.config import same_training
 from latentlens.zoo import STAMP as ZOO_STAMP
 from latentlens.zoo import card as zoo_card
 from latentlens.zoo import run_directory as zoo_run_directory
@@ -106,7 +107,8 @@ def train_variant(run: Path, variant: str, size: DemoSize, steps: int | None, de
     directory = RunDirectory(run)
     if directory.config_path.is_file():
         stored = directory.read_config()
-        if (stored["model"], stored["train"]) != (config["model"], config["train"]):
+        same = same_training(stored["train"], config["train"])
+        if stored["model"] != config["model"] or not same:
             raise ValueError(f"{run} holds a different run; choose another --out or delete it")
         done = list_checkpoints(directory.checkpoints)
         if not done:

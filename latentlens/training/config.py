@@ -14,6 +14,7 @@ from latentlens.configs import (
     require_seed,
 )
 from latentlens.threads import MAX_THREADS
+from latentlens.training.fast_path import PATHS
 
 # More examples per split than an evaluation can score in reasonable time (10^7 fuzzy-logic
 # examples take minutes on a CPU): a larger count is a typo, refused before it hangs.
@@ -73,7 +74,15 @@ class TrainConfig(JsonConfig):
     is recorded: :meth:`~latentlens.training.Trainer.resolve_config` fills a None with
     :func:`latentlens.threads.run_threads` (never from the machine's load), and a resumed
     run, or a new run of its config, computes with it again. None in a stored config: a
-    run from before the count was recorded.
+    run whose count follows the load (``thread_counts``), or one from before the count was
+    recorded.
+    ``thread_counts``: the counts whose training step a new run found to compute the same
+    gradients bit for bit (:mod:`latentlens.training.thread_choice`); a run that records
+    them computes with the largest the machine's load allows, at every start.
+    ``path``: how the step is computed (:data:`latentlens.training.fast_path.PATHS`:
+    eager, compiled, on the fused CPU kernels, graphed on CUDA), chosen when the run starts
+    (:func:`latentlens.training.fast_path.choose_path`) and kept on resume; None: chosen by
+    the Trainer's options.
     """
 
     steps: int = 50_000
@@ -90,6 +99,8 @@ class TrainConfig(JsonConfig):
     grad_clip: float = 0.0
     track: tuple[str, ...] = ()
     threads: int | None = None
+    thread_counts: tuple[int, ...] = ()
+    path: str | None = None
 
     def __post_init__(self) -> None:
         owner = "TrainConfig"
@@ -99,6 +110,15 @@ class TrainConfig(JsonConfig):
                 raise ValueError(
                     f"{owner}.threads={self.threads} is invalid: at most {MAX_THREADS}"
                 )
+        if not isinstance(self.thread_counts, (list, tuple)) or not all(
+            isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= MAX_THREADS
+            for n in self.thread_counts
+        ):
+            raise ValueError(
+                f"{owner}.thread_counts={self.thread_counts!r} is invalid: a list of thread "
+                f"counts from 1 to {MAX_THREADS}"
+            )
+        object.__setattr__(self, "thread_counts", tuple(self.thread_counts))
         if not isinstance(self.track, (list, tuple)) or not all(
             isinstance(name, str) and name for name in self.track
         ):
@@ -126,6 +146,8 @@ class TrainConfig(JsonConfig):
                 "ends at a fraction of lr, in [0, 1]"
             )
         require_choice(owner, "precision", self.precision, PRECISIONS)
+        if self.path is not None:
+            require_choice(owner, "path", self.path, PATHS)
         require_seed(owner, "seed", self.seed)
 
     def schedule_notes(self) -> list[str]:
@@ -147,9 +169,15 @@ class TrainConfig(JsonConfig):
 
     def same_run(self, other: TrainConfig) -> bool:
         """Whether a run stored with this config is a run of ``other``: every field equal,
-        the thread count too unless this one predates its recording (None)."""
+        the thread count too unless this one follows the load or predates its recording
+        (None), and the agreeing thread counts and path unless ``other`` has yet to find
+        them."""
         if self.threads is None:
             other = replace(other, threads=None)
+        if not other.thread_counts:
+            other = replace(other, thread_counts=self.thread_counts)
+        if other.path is None:
+            other = replace(other, path=self.path)
         return self == other
 
     @classmethod

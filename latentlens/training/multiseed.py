@@ -36,6 +36,7 @@ from latentlens.devices import resolve_device
 from latentlens.progress import progress_bar
 from latentlens.tasks import TASKS
 from latentlens.tasks.base import Draws
+from latentlens.threads import run_threads, work_of
 from latentlens.training.callbacks import Callback
 from latentlens.training.checkpoint import list_checkpoints
 from latentlens.training.config import TrainConfig
@@ -210,9 +211,10 @@ class SeedGroup:
         if taken:  # checked before any directory is written
             raise ValueError(f"{taken} already hold runs; choose other run directories")
         callbacks = callbacks or [()] * len(configs)
+        configs = [with_recorded_threads(config) for config in configs]
         return cls(
             [
-                Trainer.create(run, config, callbacks=cbs, **runtime)
+                Trainer.create(run, config, callbacks=cbs, record_path=False, **runtime)
                 for run, config, cbs in zip(run_dirs, configs, callbacks, strict=True)
             ],
             compile=compile,
@@ -433,3 +435,12 @@ def train_group_or_resume(
         return [d.path for d in directories]
     group.train(quiet=runtime.get("quiet", False))
     return [d.path for d in directories]
+
+
+def with_recorded_threads(config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` with its thread count recorded where it has none: a group's vmapped step
+    is not the step whose thread counts a single run checks, so it keeps one count."""
+    train = config["train"]
+    if train.get("threads") is not None or train.get("thread_counts"):
+        return config
+    return {**config, "train": {**train, "threads": run_threads(work_of(config))}}

@@ -37,7 +37,13 @@ from latentlens.models import (
 )
 from latentlens.progress import progress_bar
 from latentlens.tasks import TASKS, Batch, Task, make_task
-from latentlens.threads import compute_with_threads, run_threads, work_of
+from latentlens.threads import (
+    SMALL_WORK,
+    compute_with_threads,
+    requested_threads,
+    run_threads,
+    work_of,
+)
 from latentlens.training.callbacks import (
     ActivationRecorder,
     Callback,
@@ -59,12 +65,24 @@ from latentlens.training.config import (
     same_training,
 )
 from latentlens.training.distributed import init_distributed
+from latentlens.training.fast_path import (
+    Choice,
+    candidates,
+    choose_path,
+    options_of,
+    path_of,
+)
 from latentlens.training.graphs import GraphedStep
 from latentlens.training.init_from import initial_weights, load_initial_weights
 from latentlens.training.memory import check_fits
 from latentlens.training.objective import TrainingObjective, inductor_options, predict
 from latentlens.training.run_dir import RunDirectory
 from latentlens.training.run_lock import RunLock
+from latentlens.training.thread_choice import (
+    agreeing_thread_counts,
+    candidate_counts,
+    start_threads,
+)
 
 LOG_EVERY = 25
 NO_BAD_STEP = 2**62
@@ -217,7 +235,12 @@ class Trainer:
         self.model_kind = resolve_model_kind(config.get("model_kind", "transformer"))
         self.model_cfg = model_config(self.model_kind, config["model"])
         self.train_cfg = TrainConfig.from_dict(config["train"])
-        compute_with_threads(self.train_cfg.threads)
+        if self.train_cfg.path is not None:  # a recorded path: the run computes that way
+            compile, fused, cuda_graphs = options_of(self.train_cfg.path).values()
+        if self.train_cfg.thread_counts:  # numbers alike on each: follow the load
+            compute_with_threads(start_threads(self.train_cfg.thread_counts))
+        else:
+            compute_with_threads(self.train_cfg.threads)
         if self.device.type == "cpu":
             keep_freed_memory()  # a step's buffers reused, not faulted in again
         self.task_name = config["task"]["name"]
@@ -268,6 +291,7 @@ class Trainer:
             objective = torch.nn.parallel.DistributedDataParallel(objective)
         self.objective = objective
         self.compiled = compile
+        self.fused = fused
         self.graphed = (
             GraphedStep(
                 self.compute_step,
@@ -338,9 +362,10 @@ class Trainer:
                 f"{type(model).__name__}"
             )
         model_dict = model.to_dict()
-        if train.threads is None:  # recorded: the run's numbers depend on it
-            work = work_of({"model": model_dict, "train": train.to_dict()})
-            train = replace(train, threads=run_threads(work))
+        work = work_of({"model": model_dict, "train": train.to_dict()})
+        small = work is not None and work < SMALL_WORK
+        if train.threads is None and (small or requested_threads() is not None):
+            train = replace(train, threads=run_threads(work))  # else settled at the start
         return {
             "latentlens_version": __version__,
             "model_kind": kind,
@@ -356,11 +381,15 @@ class Trainer:
         run_dir: str | Path,
         config: dict[str, Any],
         init_from: str | Path | None = None,
+        record_path: bool = True,
         **kwargs: Any,
     ) -> Trainer:
         """Start a new run in ``run_dir``; refuses a directory that already holds a run.
         ``init_from``: a run whose newest weights the model starts from (fine-tuning; it
-        may add a layer connection), recorded in ``config.json`` as ``init_from``."""
+        may add a layer connection), recorded in ``config.json`` as ``init_from``.
+        ``record_path``: record the step's path (``compile``, ``fused``, ``cuda_graphs``)
+        in the config, kept on resume (not for a seed group's members, whose group
+        computes the step)."""
         directory = RunDirectory(run_dir)
         with writing(directory, remove_if_new=True) as lock:
             # a config, or another run's files whose config.json was lost
@@ -370,6 +399,11 @@ class Trainer:
                 config = {**config, "init_from": record}
             trainer = cls(directory, config, **kwargs)
             trainer.lock = lock
+            if trainer.train_cfg.threads is None and not trainer.train_cfg.thread_counts:
+                trainer.settle_threads()
+            if record_path and trainer.train_cfg.path is None:
+                trainer.record_path()
+            config = trainer.config
             if init_from is not None:
                 load_initial_weights(trainer.model, weights)
             if any(trainer.dist.gather(taken)):
@@ -442,6 +476,37 @@ class Trainer:
         for callback in trainer.callbacks:
             callback.on_resume(trainer, checkpoint.step)
         return trainer
+
+    def record_path(self) -> None:
+        """Record the path this run's step takes in its config (``train.path``)."""
+        path = path_of(self.compiled, self.fused, self.graphed is not None)
+        self.train_cfg = replace(self.train_cfg, path=path)
+        self.config = {**self.config, "train": self.train_cfg.to_dict()}
+
+    def settle_threads(self) -> None:
+        """A new run's thread counts (:mod:`latentlens.training.thread_choice`): the
+        counts whose step computes the same gradients, where the eager CPU step has more
+        than one (the run then follows the load); else one recorded count
+        (:func:`latentlens.threads.run_threads`). Compiled, fused, CUDA and data-parallel
+        steps record their count."""
+        train = self.train_cfg
+        counts = candidate_counts()
+        agreeing: tuple[int, ...] = ()
+        eager_cpu = self.device.type == "cpu" and not (self.compiled or self.fused)
+        if eager_cpu and self.graphed is None and not self.dist.enabled and len(counts) > 1:
+            generator = self.task.make_generator(train.seed)
+            batch = self.task.draw(train.batch_size, "train", generator)
+            agreeing = agreeing_thread_counts(
+                self.model, TrainingObjective, self.task, batch, train.grad_clip, counts
+            )
+        if len(agreeing) > 1:
+            train = replace(train, thread_counts=agreeing)
+            compute_with_threads(start_threads(agreeing))
+        else:
+            train = replace(train, threads=run_threads(work_of(self.config)))
+            compute_with_threads(train.threads)
+        self.train_cfg = train
+        self.config = {**self.config, "train": train.to_dict()}
 
     def close(self) -> None:
         """Release the run directory's writer lock (done when :meth:`train` returns)."""
@@ -925,3 +990,18 @@ def train_or_resume(
         return directory.path
     Trainer.create(run, config, init_from=init_from, callbacks=callbacks, **runtime).train()
     return directory.path
+
+
+def choose_run_path(config: dict[str, Any], device: str = "auto") -> Choice:
+    """The fastest path for a new run of ``config`` on this machine
+    (:func:`latentlens.training.fast_path.choose_path`), timed on throwaway trainers."""
+    resolved = resolve_device(device)
+    task_cls = TASKS[config["task"]["name"]][0]
+    paths = candidates(resolved, task_cls.graph_capturable, cpp_compiler() is not None)
+
+    def make_step(path: str) -> Any:
+        trainer = Trainer(None, config, device=device, quiet=True, **options_of(path))
+        return trainer.train_step
+
+    sync = (lambda: torch.cuda.synchronize(resolved)) if resolved.type == "cuda" else (lambda: None)
+    return choose_path(config, resolved, paths, make_step, sync)

@@ -23,6 +23,7 @@ from latentlens.kernels.layer_norm import (
 )
 from latentlens.models import use_fused_kernels
 from latentlens.models.config import TransformerConfig
+from latentlens.models.layer_norm import LayerNorm
 from latentlens.models.transformer import DecoderTransformer
 
 TOLERANCE = dict(rtol=1e-5, atol=1e-5)
@@ -287,8 +288,8 @@ def test_the_fused_stream_runs_the_kernels_and_a_hook_takes_pytorchs_path(monkey
     plain, fused = model_pair(n_layers=2)
     inputs = model_inputs(plain)
     calls = []
-    layer_norm = F.layer_norm
-    monkeypatch.setattr(F, "layer_norm", lambda *a, **k: calls.append(1) or layer_norm(*a, **k))
+    forward = LayerNorm.forward  # the models' layer norm, PyTorch's path
+    monkeypatch.setattr(LayerNorm, "forward", lambda *a, **k: calls.append(1) or forward(*a, **k))
     fused(inputs)
     assert calls == []
     seen = []

@@ -59,3 +59,24 @@ def test_sinusoidal_encoding_values() -> None:
     assert torch.all(enc[0, :4] == 0) and torch.all(enc[0, 4:] == 1)
     # channel 0 has frequency 1: sin(position)
     torch.testing.assert_close(enc[3, 0], torch.tensor(math.sin(3.0)))
+
+
+def test_bias_is_the_gather_exactly_and_its_gradient_the_scatter_sum() -> None:
+    """The one-hot product picks each table entry exactly; its gradient sums each bucket's
+    positions, which the gather's scatter-add also does (in another order)."""
+    bias = RelativePositionBias(n_heads=3, num_buckets=8, max_distance=8)
+    torch.nn.init.normal_(bias.table, std=5.0)
+    buckets = relative_position_buckets(8, 8, 8, 8)
+    out = bias(8, 8)
+    assert torch.equal(out, bias.table[:, buckets])
+    grad = torch.randn(3, 8, 8, dtype=torch.float64)
+    table = bias.table.detach().double().requires_grad_()
+    table[:, buckets].backward(grad)
+    expected = torch.zeros(3, 8, dtype=torch.float64)
+    for q in range(8):
+        for k in range(8):
+            expected[:, buckets[q, k]] += grad[:, q, k]
+    torch.testing.assert_close(table.grad, expected, rtol=1e-12, atol=1e-12)
+    bias.table.grad = None
+    bias(8, 8).backward(grad.float())
+    torch.testing.assert_close(bias.table.grad, expected.float(), rtol=1e-5, atol=1e-5)

@@ -1,0 +1,253 @@
+"""The fastest way to compute a run's step on this machine, measured rather than assumed.
+
+A step can run eagerly, compiled by inductor (``compile``), on latentlens's fused CPU
+kernels (``fused``, ``fused-compile``) or, on CUDA, compiled and captured in a CUDA graph
+(``compile-graphs``). Each computes the same step to float rounding (the tests hold each
+to the eager step), but which is fastest depends on the machine and the model's shapes:
+on a 2-core AVX-512 EPYC the fused kernels are slower than eager PyTorch, on a 2-core AVX2
+machine they were faster; on a GPU eager PyTorch is 3x slower than the official code and
+compiled and graphed 4-6x faster.
+
+:func:`choose_path` times a few steps of each path that can run here (:func:`calibrate`),
+adds what compiling costs, and picks the path that finishes the run's remaining steps
+first; eager unless another is at least :data:`MARGIN` times as fast per step. On the CPU
+that margin is wide (1.5x), because only the eager step may follow the machine's load
+(:mod:`latentlens.training.thread_choice`): a compiled or fused step is computed on the
+thread count it was started with, and beside one busy neighbour on 2 cores a fused HYLA
+run on 2 threads took 238 s for 1,000 steps where the eager run, down to 1 thread, took
+42 s (docs/benchmarks.md). On CUDA the CPU's load barely matters (1.05x). Runs shorter
+than :data:`CALIBRATE_FROM` steps are not calibrated: they run eagerly, as compiling would
+not repay itself. The measurement is cached per machine and model shape
+(``~/.cache/latentlens/fast_paths.json``, or ``$LATENTLENS_CACHE``), and the chosen path
+is recorded in the run's config (``train.path``), so that a resume computes the same way.
+``$LATENTLENS_PATH`` names a path to take instead of measuring (the test suite sets
+``eager``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+PATHS = ("eager", "compile", "fused", "fused-compile", "compile-graphs")
+OPTIONS = {
+    "eager": {"compile": False, "fused": False, "cuda_graphs": False},
+    "compile": {"compile": True, "fused": False, "cuda_graphs": False},
+    "fused": {"compile": False, "fused": True, "cuda_graphs": False},
+    "fused-compile": {"compile": True, "fused": True, "cuda_graphs": False},
+    "compile-graphs": {"compile": True, "fused": False, "cuda_graphs": True},
+}
+# Below this many steps a run is not calibrated: eager, no compilation to repay.
+CALIBRATE_FROM = 5_000
+# Another path must be this many times as fast as eager to be chosen over it, per device.
+MARGIN = {"cpu": 1.5, "cuda": 1.05}
+# Steps timed per path after its warm-up (compilation, the allocator's first sizes).
+WARM_UP_STEPS, TIMED_STEPS = 3, 30
+CACHE_VERSION = 1
+# A path to take instead of measuring (e.g. ``eager`` for scripts and test suites).
+ENVIRONMENT = "LATENTLENS_PATH"
+
+
+def options_of(path: str) -> dict[str, bool]:
+    """The Trainer's ``compile``, ``fused`` and ``cuda_graphs`` of ``path``."""
+    if path not in OPTIONS:
+        raise ValueError(f"path={path!r} is unknown; choose one of {list(PATHS)}")
+    return dict(OPTIONS[path])
+
+
+def requested_path() -> str | None:
+    """``$LATENTLENS_PATH``, the path new runs take without measuring; None if unset."""
+    value = os.environ.get(ENVIRONMENT)
+    if not value:
+        return None
+    if value not in OPTIONS:
+        raise ValueError(f"{ENVIRONMENT}={value!r} is invalid: choose one of {list(PATHS)}")
+    return value
+
+
+def path_of(compile: bool, fused: bool, cuda_graphs: bool) -> str:
+    """The path of the Trainer's options (``cuda_graphs`` implies compiling here, as the
+    recorded paths name it; graphs without compile record ``compile-graphs`` too)."""
+    if cuda_graphs:
+        return "compile-graphs"
+    return {(False, False): "eager", (True, False): "compile", (False, True): "fused",
+            (True, True): "fused-compile"}[(bool(compile), bool(fused))]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Steps per second of each path timed (``rates``) and the seconds its first steps
+    took beyond a timed step's (``start_seconds``: compiling, building kernels)."""
+
+    rates: dict[str, float]
+    start_seconds: dict[str, float]
+
+    def finish_seconds(self, path: str, steps: int) -> float:
+        """Seconds ``path`` takes for ``steps`` steps, its start included."""
+        return self.start_seconds[path] + steps / self.rates[path]
+
+
+@dataclass(frozen=True)
+class Choice:
+    """A path and why: ``reason`` one line; ``calibration`` None where none was run."""
+
+    path: str
+    reason: str
+    calibration: Calibration | None = None
+
+
+def candidates(device: torch.device, graph_capturable: bool, compiler: bool) -> list[str]:
+    """The paths that can run here: on the CPU the fused and compiled ones where a C++
+    compiler is found; on CUDA compiled, and graphed where the task's batches can be
+    captured."""
+    if device.type == "cuda":
+        return ["eager", "compile", *(["compile-graphs"] if graph_capturable else [])]
+    if device.type != "cpu" or not compiler:
+        return ["eager"]
+    return ["eager", "compile", "fused", "fused-compile"]
+
+
+def machine_key(device: torch.device) -> dict[str, Any]:
+    """What a calibration depends on besides the model: processor, CPUs, torch."""
+    from latentlens.threads import available_cpus  # noqa: PLC0415
+
+    key: dict[str, Any] = {"processor": _processor(), "cpus": available_cpus(),
+                           "torch": torch.__version__, "device": device.type}  # fmt: skip
+    if device.type == "cuda":
+        key["gpu"] = torch.cuda.get_device_name(device)
+    return key
+
+
+def _processor() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def shape_key(config: dict[str, Any]) -> dict[str, Any]:
+    """What a calibration depends on in a run's config: the model, the task, the batch,
+    the precision and thread count (not the seed, steps or schedule)."""
+    train = config["train"]
+    return {"model_kind": config.get("model_kind"), "model": config["model"],
+            "task": config["task"], "batch_size": train["batch_size"],
+            "precision": train.get("precision"), "threads": train.get("threads"),
+            "grad_clip": train.get("grad_clip")}  # fmt: skip
+
+
+def cache_path() -> Path:
+    root = os.environ.get("LATENTLENS_CACHE") or Path.home() / ".cache" / "latentlens"
+    return Path(root) / "fast_paths.json"
+
+
+def _cache_id(device: torch.device, config: dict[str, Any]) -> str:
+    text = json.dumps([CACHE_VERSION, machine_key(device), shape_key(config)], sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+def read_cached(device: torch.device, config: dict[str, Any]) -> Calibration | None:
+    """This machine's cached calibration of ``config``'s shapes; None if there is none (or
+    the cache is unreadable: it is only a cache)."""
+    try:
+        entry = json.loads(cache_path().read_text())[_cache_id(device, config)]
+        return Calibration(dict(entry["rates"]), dict(entry["start_seconds"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def write_cached(device: torch.device, config: dict[str, Any], found: Calibration) -> None:
+    """Add ``found`` to the cache, atomically (a failure to write is not an error)."""
+    path = cache_path()
+    try:
+        try:
+            entries = json.loads(path.read_text())
+            entries = entries if isinstance(entries, dict) else {}
+        except (OSError, ValueError):
+            entries = {}
+        entries[_cache_id(device, config)] = {"rates": found.rates,
+                                              "start_seconds": found.start_seconds}  # fmt: skip
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False) as handle:
+            json.dump(entries, handle, indent=1, sort_keys=True)
+        os.replace(handle.name, path)
+    except OSError:
+        pass
+
+
+StepFactory = Callable[[str], Callable[[], object]]
+
+
+def calibrate(paths: list[str], make_step: StepFactory, sync: Callable[[], None]) -> Calibration:
+    """Time each path: ``make_step(path)`` builds its step function (a ValueError: the
+    path does not apply to this model, e.g. no fused kernel covers it, and is left out);
+    its first :data:`WARM_UP_STEPS` steps give its start cost, the next
+    :data:`TIMED_STEPS` its rate."""
+    rates: dict[str, float] = {}
+    start_seconds: dict[str, float] = {}
+    for path in paths:
+        began = time.perf_counter()
+        try:
+            step = make_step(path)
+        except ValueError:
+            continue
+        for _ in range(WARM_UP_STEPS):
+            step()
+        sync()
+        warmed = time.perf_counter()
+        for _ in range(TIMED_STEPS):
+            step()
+        sync()
+        seconds = time.perf_counter() - warmed
+        rates[path] = TIMED_STEPS / seconds
+        start_seconds[path] = max(0.0, warmed - began - WARM_UP_STEPS * seconds / TIMED_STEPS)
+    return Calibration(rates, start_seconds)
+
+
+def pick(found: Calibration, steps: int, device: torch.device) -> Choice:
+    """The path of ``found`` that finishes ``steps`` steps first, eager unless another
+    is :data:`MARGIN` times as fast per step on ``device``."""
+    eager, margin = found.rates["eager"], MARGIN.get(device.type, MARGIN["cpu"])
+    fit = [p for p in found.rates if p == "eager" or found.rates[p] >= margin * eager]
+    best = min(fit, key=lambda p: found.finish_seconds(p, steps))
+    rates = ", ".join(f"{p} {found.rates[p]:.0f}" for p in found.rates)
+    started = ", ".join(f"{p} {found.start_seconds[p]:.0f} s"
+                        for p in found.rates if found.start_seconds[p] >= 1)  # fmt: skip
+    reason = f"steps/s {rates}" + (f"; start-up {started}" if started else "")
+    return Choice(best, reason, found)
+
+
+def choose_path(
+    config: dict[str, Any],
+    device: torch.device,
+    paths: list[str],
+    make_step: StepFactory,
+    sync: Callable[[], None] = lambda: None,
+) -> Choice:
+    """The path for a new run of ``config`` with ``paths`` possible (see the module's
+    docstring); ``make_step(path)`` builds a throwaway trainer's step for calibrating."""
+    steps = int(config["train"]["steps"])
+    if paths == ["eager"]:
+        return Choice("eager", "no other path runs here")
+    if steps < CALIBRATE_FROM:
+        return Choice("eager", f"a run of {steps:,} steps (under {CALIBRATE_FROM:,}) would "
+                               "not repay compiling")  # fmt: skip
+    found = read_cached(device, config)
+    if found is None:
+        found = calibrate(paths, make_step, sync)
+        write_cached(device, config, found)
+    kept = [p for p in paths if p in found.rates]
+    return pick(Calibration({p: found.rates[p] for p in kept},
+                            {p: found.start_seconds[p] for p in kept}), steps, device)  # fmt: skip

@@ -1,0 +1,171 @@
+"""Choosing a run's path: measured per machine and model, cached, recorded, kept on resume."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from latentlens.cli.main import main
+from latentlens.training import fast_path
+from latentlens.training.fast_path import (
+    CALIBRATE_FROM,
+    Calibration,
+    calibrate,
+    candidates,
+    choose_path,
+    options_of,
+    path_of,
+    pick,
+)
+from latentlens.training.trainer import cpp_compiler
+
+CPU, CUDA = torch.device("cpu"), torch.device("cuda")
+
+
+def test_paths_and_options_round_trip() -> None:
+    for path in fast_path.PATHS:
+        assert path_of(**options_of(path)) == path
+    with pytest.raises(ValueError, match="path='jit' is unknown"):
+        options_of("jit")
+
+
+def test_candidates_follow_the_device_the_compiler_and_the_task() -> None:
+    assert candidates(CPU, True, compiler=False) == ["eager"]
+    assert candidates(CPU, True, compiler=True) == ["eager", "compile", "fused", "fused-compile"]
+    assert candidates(CUDA, True, compiler=False) == ["eager", "compile", "compile-graphs"]
+    assert candidates(CUDA, False, compiler=True) == ["eager", "compile"]
+
+
+def test_the_pick_weighs_speed_start_up_and_the_devices_margin() -> None:
+    # on the CPU a path 1.2x as fast stays eager: only eager follows the load
+    found = Calibration({"eager": 70.0, "compile": 84.0}, {"eager": 0.0, "compile": 30.0})
+    assert pick(found, 50_000, CPU).path == "eager"
+    # 2x as fast pays where the run is long enough to repay its start-up
+    found = Calibration({"eager": 40.0, "fused": 80.0}, {"eager": 0.0, "fused": 100.0})
+    assert pick(found, 50_000, CPU).path == "fused"  # 725 s against 1,250 s
+    assert pick(found, 6_000, CPU).path == "eager"  # 175 s against 150 s
+    # on CUDA 5% is enough
+    found = Calibration({"eager": 120.0, "compile-graphs": 2000.0}, {"eager": 0.0,
+                        "compile-graphs": 40.0})  # fmt: skip
+    choice = pick(found, 50_000, CUDA)
+    assert choice.path == "compile-graphs" and "compile-graphs 2000" in choice.reason
+
+
+class FakeClock:
+    """perf_counter advanced only by the fake steps: rates exact, independent of load."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_calibration_times_each_path_and_leaves_out_those_that_do_not_apply(monkeypatch) -> None:
+    clock = FakeClock()
+    monkeypatch.setattr(fast_path.time, "perf_counter", clock)
+    costs = {"eager": 0.02, "compile": 0.01}
+
+    def make_step(path: str):
+        if path == "fused":
+            raise ValueError("--fused has no kernel for this model")
+        clock.now += 5.0 if path == "compile" else 0.0  # building costs its start
+
+        def step() -> None:
+            clock.now += costs[path]
+
+        return step
+
+    found = calibrate(["eager", "compile", "fused"], make_step, lambda: None)
+    assert set(found.rates) == {"eager", "compile"}
+    assert found.rates["eager"] == pytest.approx(50.0) and found.rates["compile"] == pytest.approx(
+        100.0
+    )
+    assert found.start_seconds["compile"] == pytest.approx(5.0)
+    assert found.start_seconds["eager"] == pytest.approx(0.0, abs=1e-9)
+
+
+def _config(steps: int) -> dict:
+    return {"model_kind": "transformer", "model": {"d_model": 8}, "task": {"name": "x"},
+            "train": {"steps": steps, "batch_size": 4, "precision": "fp32"}}  # fmt: skip
+
+
+def test_short_runs_are_eager_without_calibrating_and_long_ones_are_cached(
+    tmp_path: Path, monkeypatch
+) -> None:
+    monkeypatch.setenv("LATENTLENS_CACHE", str(tmp_path))
+    built: list[str] = []
+
+    def make_step(path: str):
+        built.append(path)
+        return lambda: None
+
+    choice = choose_path(_config(CALIBRATE_FROM - 1), CPU, ["eager", "compile"], make_step)
+    assert choice.path == "eager" and "would not repay" in choice.reason and built == []
+    choose_path(_config(CALIBRATE_FROM), CPU, ["eager", "compile"], make_step)
+    assert built == ["eager", "compile"]
+    assert len(json.loads((tmp_path / "fast_paths.json").read_text())) == 1
+    # the same shapes on the same machine: read from the cache, nothing timed again
+    choose_path(_config(2 * CALIBRATE_FROM), CPU, ["eager", "compile"], make_step)
+    assert built == ["eager", "compile"]
+    # a damaged cache is only a cache: measured again
+    (tmp_path / "fast_paths.json").write_text("{not json")
+    choose_path(_config(CALIBRATE_FROM), CPU, ["eager", "compile"], make_step)
+    assert built == ["eager", "compile"] * 2
+
+
+FLAGS = ["train", "--task", "fuzzy-logic", "--attention", "linear", "--d-model", "16",
+         "--eval-every", "3", "--device", "cpu", "--quiet"]  # fmt: skip
+
+
+def test_the_command_records_its_path_and_a_resume_keeps_it(tmp_path: Path, capsys) -> None:
+    run = tmp_path / "r"
+    assert main([*FLAGS, "--steps", "3", "--run-dir", str(run)]) == 0
+    assert json.loads((run / "config.json").read_text())["train"]["path"] == "eager"
+    assert main(["train", "--resume", str(run), "--compile", "--quiet"]) == 0
+    assert "computes its step the way it was started (eager" in capsys.readouterr().err
+    assert (
+        main([*FLAGS, "--steps", "3", "--eager", "--fused", "--run-dir", str(tmp_path / "x")]) == 2
+    )
+    assert "--eager computes the step eagerly" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(cpp_compiler() is None, reason="the fused path needs a C compiler")
+def test_a_long_run_takes_the_cached_measurement(tmp_path: Path, monkeypatch, capsys) -> None:
+    """A cached calibration where fused is 3x as fast: the run takes it, says why, and
+    records it with its thread count (a fused step does not follow the load)."""
+    monkeypatch.setenv("LATENTLENS_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv(fast_path.ENVIRONMENT)
+    written: list[dict] = []
+    monkeypatch.setattr(fast_path, "calibrate", lambda paths, make, sync: written.append(
+        {}) or Calibration({p: (3.0 if p == "fused" else 1.0) for p in paths},
+                           {p: 0.0 for p in paths}))  # fmt: skip
+    run = tmp_path / "r"
+    args = [
+        *FLAGS,
+        "--steps",
+        str(CALIBRATE_FROM),
+        "--time-budget",
+        "1",
+        "--run-dir",
+        str(run),
+        "--d-model",
+        "32",
+    ]  # 128 x 16 x 32: a step worth more than one thread
+    code = main(args)
+    assert code in (0, 3)
+    train = json.loads((run / "config.json").read_text())["train"]
+    assert train["path"] == "fused" and train["threads"] is not None and not train["thread_counts"]
+    assert "path: fused (steps/s eager 1, compile 1, fused 3" in capsys.readouterr().err
+    assert len(written) == 1
+
+
+def test_the_environment_names_a_path_or_is_refused(tmp_path: Path, monkeypatch, capsys) -> None:
+    monkeypatch.setenv(fast_path.ENVIRONMENT, "compile")
+    assert fast_path.requested_path() == "compile"
+    monkeypatch.setenv(fast_path.ENVIRONMENT, "jit")
+    assert main([*FLAGS, "--steps", "3", "--run-dir", str(tmp_path / "r")]) == 2
+    assert "LATENTLENS_PATH='jit' is invalid: choose one of" in capsys.readouterr().err
