@@ -51,6 +51,7 @@ from cpu_side_by_side import (  # noqa: E402
     official_server,
     task_spec,
 )
+from reproduction.fuzzy_logic_section import task_config  # noqa: E402
 
 from latentlens.threads import available_cpus  # noqa: E402
 from latentlens.training import Trainer  # noqa: E402
@@ -58,7 +59,7 @@ from latentlens.training import Trainer  # noqa: E402
 TASKS = {"fuzzy-logic": "fuzzy-logic", "fuzzy-logic-a1": "fuzzy-logic", "sraven": "sraven"}
 OFFICIAL_SPEC = {"fuzzy-logic": "fuzzy-logic", "fuzzy-logic-a1": "fuzzy-logic-a1",
                  "sraven": "sraven-default"}  # fmt: skip
-A1_CONFIG = {"task": {"seq_len": 32, "frac_test": 0.7}}
+A1_CONFIG = {"task": {"seq_len": 32, **task_config(0.7)}}  # the zoo's split at 0.7
 STOPPED = re.compile(r"stopped at step (\d+) of")
 
 
@@ -221,6 +222,8 @@ def main(argv: list[str] | None = None) -> int:
                               f"{row['official'][-1]:.1f}, command {total:.1f} steps/s",
                               file=sys.stderr, flush=True)  # fmt: skip
                     rows.append(row)
+                    if args.out:  # kept as it grows: a failure later loses nothing
+                        args.out.write_text(json.dumps({"rows": rows}, indent=1))
     print(
         f"`latentlens train` beside the official JAX code on this machine ({cores} CPUs, "
         f"torch {torch.__version__}); {args.rounds} rounds, budgets {args.budgets[0]:g} and "

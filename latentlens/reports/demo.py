@@ -523,11 +523,13 @@ def _sections(runs: list[DemoRun], results, figures, drawn, wall: float, command
         f"Trained live by this command: {', '.join(run.label for run in live)}: "
         f"{_setting(live[0])}."
     )
+    threads = torch.get_num_threads()
     what = Section(
         "What was run",
         [
             f"Command: `{command}` (latentlens {__version__}, torch {torch.__version__}, "
-            f"{platform.machine()} {platform.system()}, {torch.get_num_threads()} threads), "
+            f"{platform.machine()} {platform.system()}, {threads} thread"
+            f"{'' if threads == 1 else 's'}), "
             f"{wall / 60:.1f} minutes in all.",
             *origin,
             "Task: fuzzy logic ('test' holds new combinations of seen terms, the paper's OOD "

@@ -10,7 +10,9 @@ compiled and graphed 4-6x faster.
 
 :func:`choose_path` times a few steps of each path that can run here (:func:`calibrate`),
 adds what compiling costs, and picks the path that finishes the run's remaining steps
-first; eager unless another is at least :data:`MARGIN` times as fast per step. On the CPU
+first; eager unless another is at least :data:`MARGIN` times as fast per step. Paths are
+not timed on a CPU that other work keeps busy (they would rank as the neighbours allow):
+such a run is eager and measures nothing. On the CPU
 that margin is wide (1.5x), because only the eager step may follow the machine's load
 (:mod:`latentlens.training.thread_choice`): a compiled or fused step is computed on the
 thread count it was started with, and beside one busy neighbour on 2 cores a fused HYLA
@@ -38,6 +40,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+from latentlens.threads import available_cpus, busy_elsewhere
 
 PATHS = ("eager", "compile", "fused", "fused-compile", "compile-graphs")
 OPTIONS = {
@@ -119,8 +123,6 @@ def candidates(device: torch.device, graph_capturable: bool, compiler: bool) -> 
 
 def machine_key(device: torch.device) -> dict[str, Any]:
     """What a calibration depends on besides the model: processor, CPUs, torch."""
-    from latentlens.threads import available_cpus  # noqa: PLC0415
-
     key: dict[str, Any] = {"processor": _processor(), "cpus": available_cpus(),
                            "torch": torch.__version__, "device": device.type}  # fmt: skip
     if device.type == "cuda":
@@ -160,12 +162,13 @@ def _cache_id(device: torch.device, config: dict[str, Any]) -> str:
 
 def read_cached(device: torch.device, config: dict[str, Any]) -> Calibration | None:
     """This machine's cached calibration of ``config``'s shapes; None if there is none (or
-    the cache is unreadable: it is only a cache)."""
+    the cache is unreadable or lacks eager's rate: it is only a cache)."""
     try:
         entry = json.loads(cache_path().read_text())[_cache_id(device, config)]
-        return Calibration(dict(entry["rates"]), dict(entry["start_seconds"]))
+        found = Calibration(dict(entry["rates"]), dict(entry["start_seconds"]))
     except (OSError, ValueError, KeyError, TypeError):
         return None
+    return found if "eager" in found.rates else None
 
 
 def write_cached(device: torch.device, config: dict[str, Any], found: Calibration) -> None:
@@ -202,6 +205,8 @@ def calibrate(paths: list[str], make_step: StepFactory, sync: Callable[[], None]
         try:
             step = make_step(path)
         except ValueError:
+            if path == "eager":  # the run itself cannot start: say why
+                raise
             continue
         for _ in range(WARM_UP_STEPS):
             step()
@@ -245,6 +250,10 @@ def choose_path(
         return Choice("eager", f"a run of {steps:,} steps (under {CALIBRATE_FROM:,}) would "
                                "not repay compiling")  # fmt: skip
     found = read_cached(device, config)
+    if found is None and device.type == "cpu" and busy_elsewhere(available_cpus()) > 0:
+        # timed beside other work, the paths rank as that work allows, not as they run
+        return Choice("eager", "other work keeps a CPU busy, so timing the paths now would "
+                               "mislead; eager follows the load")  # fmt: skip
     if found is None:
         found = calibrate(paths, make_step, sync)
         write_cached(device, config, found)
