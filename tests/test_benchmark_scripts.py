@@ -28,3 +28,11 @@ def test_benchmark_script_imports(script: Path, monkeypatch: pytest.MonkeyPatch)
     spec.loader.exec_module(module)  # runs the imports, not main(): __name__ is not __main__
     if 'if __name__ == "__main__":' in script.read_text():  # a script, not a helper module
         assert callable(getattr(module, "main", None)), f"{script.name} has no main()"
+
+
+def test_every_script_is_in_the_index() -> None:
+    """benchmarks/README.md names each script once: a newcomer finds which table it backs."""
+    folder = SCRIPTS[0].parent
+    index = (folder / "README.md").read_text()
+    scripts = [p.name for p in folder.iterdir() if p.suffix in (".py", ".sh")]
+    assert [name for name in scripts if f"`{name}`" not in index] == []
