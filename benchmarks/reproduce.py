@@ -64,7 +64,7 @@ from reproduction.runs import (  # noqa: E402
 )
 
 from latentlens import __version__  # noqa: E402
-from latentlens.devices import resolve_device  # noqa: E402
+from latentlens.devices import cpu_model, resolve_device  # noqa: E402
 
 EXPERIMENTS: dict[str, ModuleType] = {
     "fuzzy-logic": fuzzy_logic_section,
@@ -259,7 +259,7 @@ def this_machine(device: str, specs: list) -> str:
     if resolve_device(device).type == "cuda":
         where = torch.cuda.get_device_name()
     else:
-        where = f"{cpu_model()} ({platform.machine()} {platform.system()})"
+        where = f"{cpu_model() or 'an unknown CPU'} ({platform.machine()} {platform.system()})"
     threads = sorted({threads_of(spec) for spec in specs})
     counts = " or ".join(str(n) for n in threads) or str(torch.get_num_threads())
     return f"{where}, {counts} CPU thread(s) per run, torch {torch.__version__}"
@@ -270,17 +270,6 @@ def threads_of(spec) -> int:
     stored = spec.path / "config.json"
     config = json.loads(stored.read_text()) if stored.is_file() else spec.config
     return int(config["train"]["threads"])
-
-
-def cpu_model() -> str:
-    """The processor's name (``/proc/cpuinfo``'s model name), or the platform's guess."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "an unknown CPU"
 
 
 def trained_between(specs: list) -> str:

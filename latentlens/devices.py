@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import platform
+from pathlib import Path
+
 import torch
 
 # What ``resolve_device`` takes besides "cuda:N" (latentlens.cli.choices keeps a copy)
 DEVICE_CHOICES = ("auto", "cpu", "cuda")
 
-__all__ = ["DEVICE_CHOICES", "resolve_device"]
+__all__ = ["DEVICE_CHOICES", "cpu_model", "resolve_device"]
 
 
 def resolve_device(name: str = "auto") -> torch.device:
@@ -23,3 +26,15 @@ def resolve_device(name: str = "auto") -> torch.device:
         return torch.device(name)
     except RuntimeError as err:
         raise ValueError(f"device={name!r} is not a valid torch device ({err})") from None
+
+
+def cpu_model() -> str:
+    """The processor's name (``/proc/cpuinfo``'s model name), else the platform's guess
+    (empty where it has none)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()

@@ -2,11 +2,12 @@
 
 A step can run eagerly, compiled by inductor (``compile``), on latentlens's fused CPU
 kernels (``fused``, ``fused-compile``) or, on CUDA, compiled and captured in a CUDA graph
-(``compile-graphs``). Each computes the same step to float rounding (the tests hold each
-to the eager step), but which is fastest depends on the machine and the model's shapes:
-on a 2-core AVX-512 EPYC the fused kernels are slower than eager PyTorch, on a 2-core AVX2
-machine they were faster; on a GPU eager PyTorch is 3x slower than the official code and
-compiled and graphed 4-6x faster.
+(``compile-graphs``; ``graphs`` uncompiled, taken only by ``--cuda-graphs`` alone). Each
+computes the same step to float rounding (the tests hold each to the eager step), but
+which is fastest depends on the machine and the model's shapes: on a 2-core AVX-512 EPYC
+the fused kernels are slower than eager PyTorch, on a 2-core AVX2 machine they were
+faster; on a GPU eager PyTorch is 3x slower than the official code and compiled and
+graphed 4-6x faster.
 
 :func:`choose_path` times a few steps of each path that can run here (:func:`calibrate`),
 adds what compiling costs, and picks the path that finishes the run's remaining steps
@@ -41,14 +42,16 @@ from typing import Any
 
 import torch
 
+from latentlens.devices import cpu_model
 from latentlens.threads import available_cpus, busy_elsewhere
 
-PATHS = ("eager", "compile", "fused", "fused-compile", "compile-graphs")
+PATHS = ("eager", "compile", "fused", "fused-compile", "graphs", "compile-graphs")
 OPTIONS = {
     "eager": {"compile": False, "fused": False, "cuda_graphs": False},
     "compile": {"compile": True, "fused": False, "cuda_graphs": False},
     "fused": {"compile": False, "fused": True, "cuda_graphs": False},
     "fused-compile": {"compile": True, "fused": True, "cuda_graphs": False},
+    "graphs": {"compile": False, "fused": False, "cuda_graphs": True},
     "compile-graphs": {"compile": True, "fused": False, "cuda_graphs": True},
 }
 # Below this many steps a run is not calibrated: eager, no compilation to repay.
@@ -80,12 +83,14 @@ def requested_path() -> str | None:
 
 
 def path_of(compile: bool, fused: bool, cuda_graphs: bool) -> str:
-    """The path of the Trainer's options (``cuda_graphs`` implies compiling here, as the
-    recorded paths name it; graphs without compile record ``compile-graphs`` too)."""
-    if cuda_graphs:
-        return "compile-graphs"
-    return {(False, False): "eager", (True, False): "compile", (False, True): "fused",
-            (True, True): "fused-compile"}[(bool(compile), bool(fused))]  # fmt: skip
+    """The path of the Trainer's options (the fused CPU kernels and CUDA graphs exclude
+    each other: refused)."""
+    wanted = {"compile": bool(compile), "fused": bool(fused), "cuda_graphs": bool(cuda_graphs)}
+    found = next((path for path, options in OPTIONS.items() if options == wanted), None)
+    if found is None:
+        raise ValueError("--fused runs CPU kernels and --cuda-graphs captures a CUDA step: "
+                         "drop one of them")  # fmt: skip
+    return found
 
 
 @dataclass(frozen=True)
@@ -123,21 +128,11 @@ def candidates(device: torch.device, graph_capturable: bool, compiler: bool) -> 
 
 def machine_key(device: torch.device) -> dict[str, Any]:
     """What a calibration depends on besides the model: processor, CPUs, torch."""
-    key: dict[str, Any] = {"processor": _processor(), "cpus": available_cpus(),
+    key: dict[str, Any] = {"processor": cpu_model() or platform.machine(), "cpus": available_cpus(),
                            "torch": torch.__version__, "device": device.type}  # fmt: skip
     if device.type == "cuda":
         key["gpu"] = torch.cuda.get_device_name(device)
     return key
-
-
-def _processor() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def shape_key(config: dict[str, Any]) -> dict[str, Any]:

@@ -30,6 +30,10 @@ def test_paths_and_options_round_trip() -> None:
         assert path_of(**options_of(path)) == path
     with pytest.raises(ValueError, match="path='jit' is unknown"):
         options_of("jit")
+    # graphs without compiling resume uncompiled
+    assert path_of(compile=False, fused=False, cuda_graphs=True) == "graphs"
+    with pytest.raises(ValueError, match="drop one of them"):
+        path_of(compile=False, fused=True, cuda_graphs=True)
 
 
 def test_candidates_follow_the_device_the_compiler_and_the_task() -> None:
