@@ -5,9 +5,9 @@ every step. glibc's defaults hand such memory back to the kernel (buffers over i
 threshold are unmapped when freed, and a free top of the heap over 128 KiB is trimmed),
 and the next step faults every page back in, zeroed: a Table A1 fuzzy-logic step on one
 thread took 2,300-6,800 page faults and spent 8-17% of its CPU time in the kernel, and ran
-1.17-1.32x slower than with the memory kept (``benchmarks/allocator.py``). :func:`keep_freed_memory`
-raises the three thresholds with ``mallopt``, which glibc honours at any time; it changes
-where memory comes from, never a number a run computes.
+1.17-1.32x slower than with the memory kept (``benchmarks/speed/allocator.py``).
+:func:`keep_freed_memory` raises the three thresholds with ``mallopt``, which glibc honours
+at any time; it changes where memory comes from, never a number a run computes.
 
 A process that set any of glibc's own ``MALLOC_MMAP_THRESHOLD_``, ``MALLOC_TRIM_THRESHOLD_``
 or ``MALLOC_TOP_PAD_`` keeps its settings; other C libraries (musl, macOS, Windows) are

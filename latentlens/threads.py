@@ -22,7 +22,7 @@ the load. The count is recorded in the run's config and used again on resume.
 The choice is made when a run starts. Beside a neighbour that starts later, OpenMP's idle
 threads spin and the run slows as if unchosen; ``OMP_WAIT_POLICY=PASSIVE`` (set before
 Python starts) keeps it near one thread's speed then, at a cost when alone
-(``benchmarks/busy_neighbour.py`` measures all three).
+(``benchmarks/speed/busy_neighbour.py`` measures all three).
 """
 
 from __future__ import annotations

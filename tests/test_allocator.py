@@ -1,6 +1,6 @@
 """glibc's malloc set to keep freed memory (latentlens.allocator): set by a CPU training run
 unless the process chose its own settings, and a run computes the same numbers either way
-(its speed is benchmarks/allocator.py's to measure)."""
+(its speed is benchmarks/speed/allocator.py's to measure)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
 """Every benchmark script imports: they are run by hand (and on a lent GPU), not by CI, so
-a renamed library function would otherwise break them unnoticed."""
+a renamed library function would otherwise break them unnoticed. Scripts live in rooms by
+purpose (``benchmarks/<room>/``) and import one another by room (``speed.cpu_side_by_side``)
+from the benchmarks folder, which each puts on ``sys.path``."""
 
 from __future__ import annotations
 
@@ -9,16 +11,32 @@ from pathlib import Path
 
 import pytest
 
-SCRIPTS = sorted((Path(__file__).resolve().parents[1] / "benchmarks").glob("*.py"))
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+ROOMS = sorted(p for p in BENCHMARKS.iterdir() if (p / "__init__.py").is_file())
+MODULES = sorted(p for room in ROOMS for p in room.glob("*.py") if p.name != "__init__.py")
 
 
-def test_the_benchmarks_are_found() -> None:
-    assert {"train_throughput", "step_kernels", "reproduce"} <= {s.stem for s in SCRIPTS}
+def is_script(path: Path) -> bool:
+    """A file a user runs (a shell script, or Python with a ``__main__`` block), not a helper
+    module of its room (a RESULTS section's module, a shared twin)."""
+    return path.suffix == ".sh" or 'if __name__ == "__main__":' in path.read_text()
 
 
-@pytest.mark.parametrize("script", SCRIPTS, ids=lambda path: path.stem)
+def test_the_benchmarks_are_found_in_their_rooms() -> None:
+    assert {"speed", "gpu", "reproduction", "parity", "codes"} <= {room.name for room in ROOMS}
+    assert {"speed/train_throughput", "speed/step_kernels", "reproduction/reproduce"} <= {
+        f"{p.parent.name}/{p.stem}" for p in MODULES
+    }
+
+
+def test_no_script_is_left_outside_a_room() -> None:
+    loose = [p.name for p in BENCHMARKS.iterdir() if p.suffix in (".py", ".sh")]
+    assert loose == [], f"{loose}: move each into the room of its purpose (benchmarks/README.md)"
+
+
+@pytest.mark.parametrize("script", MODULES, ids=lambda path: f"{path.parent.name}/{path.stem}")
 def test_benchmark_script_imports(script: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.syspath_prepend(str(script.parent))  # as `python benchmarks/X.py` has it
+    monkeypatch.syspath_prepend(str(script.parent))  # as `python benchmarks/ROOM/X.py` has it
     spec = importlib.util.spec_from_file_location(f"benchmark_{script.stem}", script)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -26,13 +44,18 @@ def test_benchmark_script_imports(script: Path, monkeypatch: pytest.MonkeyPatch)
     # (parity.py's failed alone, and passed only where another test had imported it)
     monkeypatch.setitem(sys.modules, spec.name, module)
     spec.loader.exec_module(module)  # runs the imports, not main(): __name__ is not __main__
-    if 'if __name__ == "__main__":' in script.read_text():  # a script, not a helper module
+    if is_script(script):
         assert callable(getattr(module, "main", None)), f"{script.name} has no main()"
 
 
 def test_every_script_is_in_the_index() -> None:
-    """benchmarks/README.md names each script once: a newcomer finds which table it backs."""
-    folder = SCRIPTS[0].parent
-    index = (folder / "README.md").read_text()
-    scripts = [p.name for p in folder.iterdir() if p.suffix in (".py", ".sh")]
-    assert [name for name in scripts if f"`{name}`" not in index] == []
+    """benchmarks/README.md names each script by its room: a newcomer finds which table it
+    backs."""
+    index = (BENCHMARKS / "README.md").read_text()
+    scripts = [p for room in ROOMS for p in room.iterdir() if p.suffix in (".py", ".sh")]
+    missing = [
+        f"{p.parent.name}/{p.name}" for p in scripts if is_script(p) and f"`{p.name}`" not in index
+    ]
+    assert missing == []
+    for room in ROOMS:
+        assert f"## `{room.name}/`" in index, f"benchmarks/README.md: no heading for {room.name}/"

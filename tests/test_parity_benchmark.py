@@ -1,4 +1,4 @@
-"""benchmarks/parity.py's statistics and reporting, on planted curves (the official code
+"""benchmarks/parity/parity.py's statistics and reporting, on planted curves (the official code
 itself is not in CI: it needs JAX and a checkout of its repository)."""
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
 def load(name: str):
-    spec = importlib.util.spec_from_file_location(f"benchmark_{name}", BENCHMARKS / f"{name}.py")
+    (script,) = BENCHMARKS.glob(f"*/{name}.py")  # in its room: benchmarks/<room>/<name>.py
+    spec = importlib.util.spec_from_file_location(f"benchmark_{name}", script)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses resolve their module's annotations
     spec.loader.exec_module(module)
@@ -71,7 +72,7 @@ def test_a_planted_difference_is_found_and_equal_curves_pass() -> None:
         assert all((r["p"] < 0.05) == differs for r in hyla)
         softmax = [r for r in rows if r["variant"] == "softmax" and r["metric"] == "accuracy"]
         assert all(r["p"] > 0.05 for r in softmax)
-        text = parity.markdown("sraven", cfg, rows, 5, "python benchmarks/parity.py", None)
+        text = parity.markdown("sraven", cfg, rows, 5, "python benchmarks/parity/parity.py", None)
         assert f"{2 if differs else 0} of 8 comparisons differ" in text
 
 
@@ -112,7 +113,7 @@ def test_results_section_sets_each_comparison_beside_its_earlier_version(tmp_pat
 
 
 def test_the_side_by_side_builds_both_sides_from_one_spec() -> None:
-    """benchmarks/cpu_side_by_side.py: latentlens's config is the spec the official code is
+    """benchmarks/speed/cpu_side_by_side.py: latentlens's config is the spec the official code is
     given (sizes, batch, optimiser), and its reference SRAVEN is latentlens's own default."""
     from latentlens.training import TrainConfig, model_for_task
 
@@ -139,8 +140,8 @@ def test_the_side_by_side_builds_both_sides_from_one_spec() -> None:
 
 
 def test_the_bf16_effect_pairs_each_seed_and_sets_the_official_mean_beside() -> None:
-    """benchmarks/bf16_effect.py: the paired interval is scipy's; a shift planted in every
-    seed's bf16 run is found even under a seed spread larger than the shift."""
+    """benchmarks/reproduction/bf16_effect.py: the paired interval is scipy's; a shift planted
+    in every seed's bf16 run is found even under a seed spread larger than the shift."""
     effect = load("bf16_effect")
     a, b = [0.31, 0.12, 0.45, 0.22, 0.38], [0.30, 0.10, 0.43, 0.22, 0.35]
     diff, half = effect.paired(a, b)

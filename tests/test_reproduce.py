@@ -1,4 +1,5 @@
-"""benchmarks/reproduce.py end to end at the tiny size: every number it writes is measured."""
+"""benchmarks/reproduction/reproduce.py end to end at the tiny size: every number it writes is
+measured."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ import pytest
 
 from latentlens.training.config import same_training
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "reproduce.py"
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+SCRIPT = BENCHMARKS / "reproduction" / "reproduce.py"
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +47,7 @@ def tiny(tmp_path_factory, reproduce) -> tuple[Path, Path, str]:
 
 def test_every_experiment_is_written_with_its_figures(tiny, reproduce) -> None:
     runs, results, text = tiny
-    assert "python benchmarks/reproduce.py --size tiny" in text
+    assert "python benchmarks/reproduction/reproduce.py --size tiny" in text
     for module in reproduce.EXPERIMENTS.values():
         assert f"## {module.TITLE}" in text
     for figure in ("fuzzy-logic-sweep", "sraven-accuracy", "sraven-codes-hyla",
@@ -66,7 +68,7 @@ def test_each_section_opens_with_its_command_machine_date_and_wall_time(tiny, re
         section = text[text.index(f"## {module.TITLE}") :].split("\n## ")[0]
         provenance = section.splitlines()[2]
         assert re.fullmatch(
-            r"\*Made by `python benchmarks/reproduce\.py --size tiny .*` on "
+            r"\*Made by `python benchmarks/reproduction/reproduce\.py --size tiny .*` on "
             + today
             + r": \d+ runs trained "
             + today
@@ -78,8 +80,8 @@ def test_each_section_opens_with_its_command_machine_date_and_wall_time(tiny, re
 
 
 def test_the_tables_hold_each_runs_own_measurements(tiny) -> None:
-    import fusion_gca
-    import hyperteacher
+    from reproduction import fusion_gca
+    from reproduction import hyperteacher
     from reproduction import fuzzy_logic_section, hyperteacher_section, translation_section
     from reproduction.runs import metrics_at_end
 
@@ -282,7 +284,8 @@ def test_a_run_resumes_with_the_thread_count_it_started_with(reproduce, tmp_path
 def test_gpu_sections_trains_every_group_at_once_and_names_the_machine(
     reproduce, tmp_path: Path
 ) -> None:
-    spec = importlib.util.spec_from_file_location("gpu_sections", SCRIPT.parent / "gpu_sections.py")
+    script = BENCHMARKS / "gpu" / "gpu_sections.py"
+    spec = importlib.util.spec_from_file_location("gpu_sections", script)
     gpu_sections = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(gpu_sections)
     out = tmp_path / "runs"
@@ -294,7 +297,7 @@ def test_gpu_sections_trains_every_group_at_once_and_names_the_machine(
     assert sorted(timings) == [f"fuzzy-logic-a1/{v}-s{s}" for v in ("hyla", "linear", "softmax")
                                for s in (0, 1)]  # fmt: skip
     text = (out / "results-fuzzy-logic-a1" / "RESULTS.md").read_text()
-    assert "Trained on CPU, torch " in text and "by benchmarks/gpu_sections.py" in text
+    assert "Trained on CPU, torch " in text and "by benchmarks/gpu/gpu_sections.py" in text
     # the date is the TRAINED_ON line's: the files' dates would be those of a copy
     assert "2 runs trained" not in text and ": 6 runs, " in text
 
@@ -318,8 +321,8 @@ def test_the_a1_section_sets_each_eager_check_beside_its_fast_run(reproduce, tmp
 
 
 def test_the_table_a1_sweep_spec_holds_the_sections_runs(reproduce, tmp_path: Path) -> None:
-    # benchmarks/sweeps/fuzzy-logic-a1.yaml trains the section's runs through `latentlens
-    # sweep` (on a cluster): the same configs in the folders the section reads, so that
+    # benchmarks/reproduction/sweeps/fuzzy-logic-a1.yaml trains the section's runs through
+    # `latentlens sweep` (on a cluster): the same configs in the folders the section reads, so that
     # reproduce.py finds them finished; the sweep gives each its one thread
     from reproduction import fuzzy_logic_a1_section as a1
 
@@ -391,7 +394,7 @@ def test_a_sections_runs_trained_by_a_sweep_are_probed_and_reported_not_retraine
     reproduce, tmp_path: Path
 ) -> None:
     """The path of Table A1's CPU runs: `latentlens sweep` trains the section's configs
-    into its folder (as benchmarks/sweeps/fuzzy-logic-a1.yaml does at paper size), then
+    into its folder (as benchmarks/reproduction/sweeps/fuzzy-logic-a1.yaml does at paper size), then
     reproduce.py finds them finished, probes them and reports each run's training time as
     the run recorded it; the probes' time is no training time."""
     from reproduction import fuzzy_logic_a1_section as a1

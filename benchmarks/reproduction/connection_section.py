@@ -9,14 +9,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import fusion_gca
 import numpy as np
 
 from latentlens import connect
 from latentlens.figures import routing_evolution, save_figure
 from latentlens.reports.seeds import difference_interval, mean_std
 from latentlens.training import RunDirectory
-from reproduction import translation_section
+from reproduction import fusion_gca, translation_section
 from reproduction.runs import RunSpec
 
 TITLE = "Layer connection in a pretrained translation model: four conditions"

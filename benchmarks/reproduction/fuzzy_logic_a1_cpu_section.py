@@ -1,5 +1,5 @@
 """Fuzzy logic at paper Table A1's setting trained again, each run alone and eagerly, by
-``latentlens sweep benchmarks/sweeps/fuzzy-logic-a1.yaml`` (on a CPU, or on any machine
+``latentlens sweep benchmarks/reproduction/sweeps/fuzzy-logic-a1.yaml`` (on a CPU, or on any machine
 without --compile): the same configs as ``fuzzy-logic-a1``, whose HYLA runs were trained
 with ``--compile`` on CUDA, which gives HYLA wrong gradients at SRAVEN's size
 (benchmarks/results/h200_2026-11-26). Test and ood R² beside Table A1 with the 95%

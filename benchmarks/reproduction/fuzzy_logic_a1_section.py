@@ -105,7 +105,7 @@ def r2_lines(out: Path, size: str, seeds: int) -> list[str]:
 
 
 def how_trained(out: Path) -> str:
-    """How the section's runs were trained: by `latentlens sweep` (benchmarks/sweeps/
+    """How the section's runs were trained: by `latentlens sweep` (benchmarks/reproduction/sweeps/
     fuzzy-logic-a1.yaml, which leaves its sweep.json in the folder), each run alone, or by
     reproduce.py, one seed group per variant."""
     if (out / STATUS_FILE).is_file():

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import hyperteacher
-
 from latentlens.reports.seeds import mean_std
+from reproduction import hyperteacher
 from reproduction.hyperteacher_section import SIZES, connected_plus_figures
 from reproduction.runs import RunSpec
 

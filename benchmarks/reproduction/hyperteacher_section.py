@@ -1,16 +1,15 @@
 """Modular in-context regression (docs/methods/numbers.md): the
 hypernetwork transformer against the vanilla transformer on the Connected+, Connected and
 Disconnected supports, with z decoded from every layer over training. The runs and the
-table are those of ``benchmarks/hyperteacher.py``."""
+table are those of ``benchmarks/reproduction/hyperteacher.py``."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-import hyperteacher
-
 from latentlens.figures import decoding_curves, metric_curves, save_figure
+from reproduction import hyperteacher
 from reproduction.runs import RunSpec
 
 TITLE = "Hyperteacher: modular in-context regression"

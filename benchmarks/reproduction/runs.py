@@ -39,7 +39,7 @@ from latentlens.training import (
 
 TIMINGS = "timings.json"
 # Where a section was trained, when not by the invocation that reports it (one line, in the
-# section's folder): benchmarks/gpu_sections.py writes it.
+# section's folder): benchmarks/gpu/gpu_sections.py writes it.
 TRAINED_ON = "TRAINED_ON.txt"
 
 

@@ -2,7 +2,7 @@
 synthetic CoGnition twin: the encoder-decoder baseline against fuse-attention in the
 encoder, the decoder and both (CTER overall and per subset, BLEU; ΔCTER with 95% confidence
 intervals), and where the fuse weights end up. The runs are those of
-``benchmarks/fusion_gca.py`` (which also trains the layer-connection systems)."""
+``benchmarks/reproduction/fusion_gca.py`` (which also trains the layer-connection systems)."""
 
 from __future__ import annotations
 
@@ -10,11 +10,10 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-import fusion_gca
-
 from latentlens.figures import fuse_weight_curves, save_figure
 from latentlens.reports.seeds import difference_interval, mean_std
 from latentlens.tasks import make_task
+from reproduction import fusion_gca
 from reproduction.runs import RunSpec
 
 TITLE = "Translation: FUSION on a CoGnition-hard benchmark"

@@ -14,7 +14,7 @@ from the layer's own (rotated) queries and keys: only the requested query rows' 
 (head h reads key head h // (heads / key heads)) and padding or causal masks are those the
 model gives its SDPA call. Equal to eager ``output_attentions`` to float32 rounding
 (tests/pretrained/test_sdpa_codes.py, and on SmolLM2 and MiniLM in
-tests/pretrained/test_real_weights.py); benchmarks/sdpa_codes_speed.py measures both.
+tests/pretrained/test_real_weights.py); benchmarks/real_models/sdpa_codes_speed.py measures both.
 """
 
 from __future__ import annotations

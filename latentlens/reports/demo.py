@@ -75,7 +75,7 @@ SIZES = {
     # (2 ReLU units per pair) died at the query for seed 2024 at lr 3e-3 and 1e-3 alike; at
     # this size it lives for every seed tried, and in 3,000 steps lr 3e-3 (one of the
     # paper's sweep values) trains all three variants further than the reference's 1e-3:
-    # benchmarks/demo_settings.py holds the search and docs/benchmarks.md its numbers.
+    # benchmarks/reproduction/demo_settings.py holds the search and docs/benchmarks.md its numbers.
     "small": DemoSize(
         model=dict(attention_dropout=0.0),
         train=dict(steps=3_000, batch_size=128, lr=3e-3, warmup_steps=100, eval_every=250,

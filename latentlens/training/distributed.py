@@ -5,7 +5,7 @@ own contiguous block of rows, and DistributedDataParallel averages the gradients
 processes follow the loss curve of one process with the same global batch (up to float
 rounding of the gradient average), and the data stream needs no per-rank seed. Drawing the
 global batch on every rank costs N times the generation of a local batch, about 1% of a
-step per rank for the built-in tasks (benchmarks/task_throughput.py).
+step per rank for the built-in tasks (benchmarks/speed/task_throughput.py).
 
 Without ``torchrun`` (no ``WORLD_SIZE`` above 1 in the environment) everything here is a
 no-op and the trainer runs as a single process.

@@ -1,5 +1,5 @@
-"""Adding a trained run to the zoo (maintainers: ``benchmarks/zoo_add.py``): its weights
-alone, its training curve and a model card with metrics measured on a fixed evaluation set.
+"""Adding a trained run to the zoo (maintainers: ``benchmarks/reproduction/zoo_add.py``): its
+weights alone, its training curve and a model card with metrics measured on a fixed evaluation set.
 """
 
 from __future__ import annotations

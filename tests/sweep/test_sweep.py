@@ -263,7 +263,7 @@ def test_seeds_of_a_cell_train_as_one_seed_group(tmp_path, capsys) -> None:
     printed = capsys.readouterr().out
     assert "4 cells to train as 4 Ray tasks" in printed and "4 cells: 4 done" in printed
     # Softmax differs by float summation order alone (measured <= 5e-7 relative). HYLA's
-    # ReLU value network amplifies such differences (benchmarks/parity.py's lockstep
+    # ReLU value network amplifies such differences (benchmarks/parity/parity.py's lockstep
     # control: one float32 step in one weight matrix moves its loss by ~1e-4 relative within
     # tens of steps; measured here up to 1.0e-4 over 20 steps), so its tolerance is 2e-3: a
     # grouping bug (another seed's data or weights) would move them by far more.

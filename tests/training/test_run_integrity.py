@@ -309,7 +309,7 @@ def test_damaged_tracking_files_and_rng_states_are_named(tmp_path, capsys) -> No
 def test_the_sigkill_trial_script_finds_every_resume_bit_exact(tmp_path, capsys) -> None:
     import importlib.util
 
-    script = Path(__file__).resolve().parents[2] / "benchmarks" / "sigkill_trials.py"
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "robustness" / "sigkill_trials.py"
     spec = importlib.util.spec_from_file_location("sigkill_trials", script)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -333,7 +333,7 @@ def test_a_group_killed_between_its_seeds_first_saves_resumes_bit_exact(tmp_path
     group's runs bit for bit."""
     import importlib.util
 
-    script = Path(__file__).resolve().parents[2] / "benchmarks" / "sigkill_trials.py"
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "robustness" / "sigkill_trials.py"
     spec = importlib.util.spec_from_file_location("sigkill_trials", script)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

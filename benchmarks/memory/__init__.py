@@ -1,0 +1,2 @@
+"""Memory: activation memory of each attention variant, streaming probe extraction
+(docs/benchmarks.md)."""
