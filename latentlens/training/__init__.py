@@ -14,17 +14,12 @@ from latentlens.training.config import (
     TASK_DEFAULTS,
     TrainConfig,
 )
+from latentlens.training.loop import TrainingDiverged
 from latentlens.training.multiseed import SeedGroup, seed_configs, train_group_or_resume
 from latentlens.training.run_dir import RunDirectory
+from latentlens.training.step_setup import precision_scope, weight_decay_groups
 from latentlens.training.tracked_file import TrackedArray, load_tracked
-from latentlens.training.trainer import (
-    Trainer,
-    TrainingDiverged,
-    model_for_task,
-    precision_scope,
-    train_or_resume,
-    weight_decay_groups,
-)
+from latentlens.training.trainer import Trainer, model_for_task, train_or_resume
 
 __all__ = [
     "SeedGroup",

@@ -41,16 +41,11 @@ from latentlens.training.callbacks import Callback
 from latentlens.training.checkpoint import list_checkpoints
 from latentlens.training.config import TrainConfig
 from latentlens.training.graphs import GraphedStep
+from latentlens.training.loop import LOG_EVERY, NO_BAD_STEP, BudgetClock
 from latentlens.training.objective import SeedGroupObjective, inductor_options
 from latentlens.training.run_dir import RunDirectory
-from latentlens.training.trainer import (
-    LOG_EVERY,
-    NO_BAD_STEP,
-    BudgetClock,
-    Trainer,
-    check_cuda_options,
-    precision_scope,
-)
+from latentlens.training.step_setup import check_cuda_options, precision_scope
+from latentlens.training.trainer import Trainer
 
 
 def seed_configs(config: dict[str, Any], seeds: Sequence[int]) -> list[dict[str, Any]]:

@@ -11,8 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from latentlens.training import Trainer
-from latentlens.training import trainer as trainer_module
+from latentlens.training import Trainer, step_setup
 from tests.training.test_trainer import tiny_config
 
 TOLERANCE = dict(rtol=1e-3, atol=1e-4)
@@ -44,7 +43,7 @@ def test_a_compiled_cpu_run_trains_as_the_eager_run(tmp_path: Path) -> None:
 
 def test_compile_without_a_cpp_compiler_is_a_one_line_error(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.delenv("CXX", raising=False)
-    monkeypatch.setattr(trainer_module.shutil, "which", lambda name: None)
+    monkeypatch.setattr(step_setup.shutil, "which", lambda name: None)
     with pytest.raises(ValueError, match="no C\\+\\+ compiler was found .* or drop --compile"):
         Trainer.create(tmp_path / "run", tiny_config(), device="cpu", compile=True, quiet=True)
     assert not (tmp_path / "run").exists()

@@ -20,7 +20,7 @@ from latentlens.training.fast_path import (
     path_of,
     pick,
 )
-from latentlens.training.trainer import cpp_compiler
+from latentlens.training.step_setup import cpp_compiler
 
 CPU, CUDA = torch.device("cpu"), torch.device("cuda")
 
