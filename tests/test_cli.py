@@ -111,7 +111,7 @@ def test_bad_argument_gives_a_clear_error(capsys: pytest.CaptureFixture[str]) ->
 
 
 def test_metrics_table_columns_line_up_with_long_split_names(capsys) -> None:
-    from latentlens.cli.training import print_table
+    from latentlens.cli.tables import print_table
 
     records = [
         {"step": 5, "split": "train", "loss": 2.5, "accuracy": 0.25},
@@ -126,7 +126,7 @@ def test_metrics_table_columns_line_up_with_long_split_names(capsys) -> None:
 
 
 def test_seed_summary_gives_mean_and_sample_std_per_split(capsys) -> None:
-    from latentlens.cli.training import print_seed_summary
+    from latentlens.cli.tables import print_seed_summary
 
     runs = [
         [{"step": 9, "split": "train", "loss": 1.0, "r2": 0.5},

@@ -80,9 +80,13 @@ def test_each_section_opens_with_its_command_machine_date_and_wall_time(tiny, re
 
 
 def test_the_tables_hold_each_runs_own_measurements(tiny) -> None:
-    from reproduction import fusion_gca
-    from reproduction import hyperteacher
-    from reproduction import fuzzy_logic_section, hyperteacher_section, translation_section
+    from reproduction import (
+        fusion_gca,
+        fuzzy_logic_section,
+        hyperteacher,
+        hyperteacher_section,
+        translation_section,
+    )
     from reproduction.runs import metrics_at_end
 
     runs, _, text = tiny

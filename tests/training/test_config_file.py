@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from latentlens.cli import build_parser, main
-from latentlens.cli.training import apply_config_defaults, read_config_file, resolve_run_config
+from latentlens.cli.run_config import apply_config_defaults, read_config_file, resolve_run_config
 from latentlens.training import RunDirectory, TrainConfig, Trainer, model_for_task
 
 SMALL = dict(d_model=16, n_heads=2, qk_dim=8, v_dim=8, d_mlp=32)
