@@ -12,7 +12,7 @@ import pytest
 
 from latentlens import zoo
 from latentlens.cli import main
-from latentlens.reports.demo import SIZES, train_variant
+from latentlens.reports.demo_runs import SIZES, train_variant
 from latentlens.tasks import RULE_NAMES
 
 
@@ -156,7 +156,7 @@ def test_probe_and_figures_commands_on_a_sraven_run(tmp_path: Path, capsys) -> N
 
 
 def test_the_demo_report_explains_codes_that_are_the_same_for_every_task() -> None:
-    from latentlens.reports.demo import constant_code_note
+    from latentlens.reports.demo_text import constant_code_note
 
     assert constant_code_note([]) == ""
     note = constant_code_note(["HYLA"])

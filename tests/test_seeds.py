@@ -7,7 +7,7 @@ import math
 import pytest
 import scipy.stats
 
-from latentlens.reports.demo import seed_ranking_sentence
+from latentlens.reports.demo_text import seed_ranking_sentence
 from latentlens.reports.seeds import difference_interval, mean_std
 
 HYLA, LINEAR, SOFTMAX = [0.93, 0.92, 0.86], [0.53, 0.62, 0.66], [0.50, 0.55, 0.45]

@@ -89,7 +89,7 @@ def test_commands_take_zoo_names(cache: Path, capsys) -> None:
 def test_zoo_add_takes_a_sweeps_own_wall_times_and_chosen_variants(tmp_path, monkeypatch) -> None:
     """benchmarks/reproduction/zoo_add.py on runs laid out as `latentlens sweep` leaves them (no
     seed groups): each card's wall time is the run's own, from the sweep's record."""
-    from latentlens.reports.demo import SIZES, train_variant
+    from latentlens.reports.demo_runs import SIZES, train_variant
     from latentlens.zoo import build
 
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))
