@@ -100,10 +100,17 @@ def test_results_section_sets_each_comparison_beside_its_earlier_version(tmp_pat
             {"variant": "hyla", "steps": 30, "max_abs_difference": 1e-3,
              "control_difference": 2e-3, "last_official": 1.0, "last_latentlens": 1.0}
         ]  # fmt: skip
-        result = {"task": "sraven", "config": cfg.__dict__, "summary": rows, "lockstep": lock}
+        result = {"task": "sraven", "config": cfg.__dict__, "seeds": 5, "summary": rows,
+                  "lockstep": lock}  # fmt: skip
         (tmp_path / name).write_text(json.dumps(result))
     text = parity.results_section(tmp_path)
     assert text.startswith(parity.SECTION_TITLE)
+    # for readers, the finding first: the comparisons beyond p <= 0.05 beside chance's share
+    assert text.splitlines()[2] == (
+        "**Finding.** latentlens and the official code train alike on sraven: 0 of 8 "
+        "comparisons of final metrics differ at p <= 0.05 (Welch's test, 5 seeds a side), "
+        "where chance alone would put about 0.4 there."
+    )
     table = [line for line in text.splitlines() if line.startswith("| hyla | ood | accuracy")]
     assert len(table) == 1
     cells = [c.strip() for c in table[0].strip("|").split("|")]

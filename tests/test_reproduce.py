@@ -61,12 +61,16 @@ def test_every_experiment_is_written_with_its_figures(tiny, reproduce) -> None:
     assert len(timings) == len(planned) and all(seconds > 0 for seconds in timings.values())
 
 
-def test_each_section_opens_with_its_command_machine_date_and_wall_time(tiny, reproduce):
+def test_each_section_opens_with_its_finding_and_ends_with_where_it_came_from(tiny, reproduce):
+    """For readers: the finding (read from the section's first table), the tables, then
+    one provenance line: command, machine, dates, wall time and commit."""
     _, _, text = tiny
     today = datetime.date.today().isoformat()
     for module in reproduce.EXPERIMENTS.values():
         section = text[text.index(f"## {module.TITLE}") :].split("\n## ")[0]
-        provenance = section.splitlines()[2]
+        assert section.splitlines()[2].startswith("**Finding.** "), module.TITLE
+        assert "one seed each, so no interval" in section.splitlines()[2]
+        provenance = section.rstrip().splitlines()[-1]
         assert re.fullmatch(
             r"\*Made by `python benchmarks/reproduction/reproduce\.py --size tiny .*` on "
             + today

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import datetime
 import json
 import math
 import subprocess
@@ -516,8 +517,11 @@ def results_section(results: Path) -> str:
     """The parity section of docs/RESULTS.md, from every ``parity_{task}.json`` in
     ``results``: per task, each comparison's means ± std, difference [95% CI] and p, with
     the earlier version's p beside it where a ``-before`` file exists."""
+    results_files = [p for p in sorted(results.glob("parity_*.json")) if "-before" not in p.stem]
     lines = [
         SECTION_TITLE,
+        "",
+        parity_finding([json.loads(path.read_text()) for path in results_files]),
         "",
         "Written by `benchmarks/parity/parity.py` (see [Reproducing](reproducing.md#parity-"
         "with-the-official-code)): the official JAX code and latentlens trained on the same small "
@@ -527,9 +531,7 @@ def results_section(results: Path) -> str:
         "2026-11-25) changes every model with relative positions; the other sections of "
         "this page were trained before it and, as of that date, not yet again.",
     ]
-    for path in sorted(results.glob("parity_*.json")):
-        if path.stem.endswith("-before"):
-            continue
+    for path in results_files:
         result = json.loads(path.read_text())
         before_path = path.with_name(f"{path.stem}-before.json")
         before = json.loads(before_path.read_text()) if before_path.is_file() else None
@@ -572,6 +574,21 @@ def results_section(results: Path) -> str:
         lines += ["", f"![{task}: learning curves of both implementations, mean ± std over "
                   f"seeds](figures/parity-{task}.png)"]  # fmt: skip
     return "\n".join(lines)
+
+
+def parity_finding(results: list[dict[str, Any]]) -> str:
+    """The section's finding: how many final-metric comparisons of all tasks differ at
+    p <= 0.05, beside the count chance alone gives (one in twenty)."""
+    rows = [row for result in results for row in result["summary"]]
+    below = sum(row["p"] <= 0.05 for row in rows)
+    tasks = " and ".join(result["task"] for result in results)
+    seeds = sorted({result["seeds"] for result in results})
+    return (
+        f"**Finding.** latentlens and the official code train alike on {tasks}: {below} of "
+        f"{len(rows)} comparisons of final metrics differ at p <= 0.05 (Welch's test, "
+        f"{' or '.join(map(str, seeds))} seeds a side), where chance alone would put about "
+        f"{len(rows) / 20:.1f} there."
+    )
 
 
 def figure(task: str, table: dict[str, Any], path: Path) -> None:
@@ -719,9 +736,12 @@ def main(argv: list[str] | None = None) -> int:
     if not args.label and args.summary.is_file():
         sys.path.insert(0, str(BENCHMARKS))
         from reproduction.reproduce import replace_sections
+        from reproduction.runs import code_commit
 
-        section = results_section(args.results)
-        args.summary.write_text(replace_sections(args.summary.read_text(), [section], command))
+        today = datetime.date.today().isoformat()
+        provenance = f"*Made by `{command}` on {today}. Code: commit {code_commit()}.*"
+        section = f"{results_section(args.results)}\n\n{provenance}"
+        args.summary.write_text(replace_sections(args.summary.read_text(), [section]))
         print(f"wrote the parity section of {args.summary}")
     return 0
 

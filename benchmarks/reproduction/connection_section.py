@@ -16,9 +16,12 @@ from latentlens.figures import routing_evolution, save_figure
 from latentlens.reports.seeds import difference_interval, mean_std
 from latentlens.training import RunDirectory
 from reproduction import fusion_gca, translation_section
+from reproduction.finding import Finding
 from reproduction.runs import RunSpec
 
 TITLE = "Layer connection in a pretrained translation model: four conditions"
+# the headline its section opens with (reproduction/finding.py)
+FINDING = Finding("BLEU CG test", reference="paper BLEU")
 # fine-tuning settings shared by the four conditions, per size (the bases are the
 # translation experiment's baselines of that size)
 SIZES: dict[str, dict[str, Any]] = {

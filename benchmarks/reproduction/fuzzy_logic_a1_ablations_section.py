@@ -13,6 +13,7 @@ from pathlib import Path
 
 from latentlens.reports.seeds import mean_std
 from latentlens.training import RunDirectory, TrainConfig
+from reproduction.finding import Finding
 from reproduction.fuzzy_logic_a1_section import (
     SEQ_LEN,
     SIZES,
@@ -28,6 +29,8 @@ from reproduction.fuzzy_logic_section import final_r2
 from reproduction.runs import RunSpec, trained_on
 
 TITLE = "HYLA's ablations at Table A1's fuzzy-logic setting"
+# the headline its section opens with (reproduction/finding.py)
+FINDING = Finding("test R²")
 # Table A1's ablation rows (docs/methods/attention.md, the table of named variants)
 VARIANTS = {
     "linear_rms_head": "linear + RMSHead",

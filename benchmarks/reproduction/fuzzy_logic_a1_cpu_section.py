@@ -16,11 +16,14 @@ from pathlib import Path
 
 from latentlens.training import RunDirectory
 from reproduction import fuzzy_logic_a1_section as a1
+from reproduction.finding import Finding
 from reproduction.fuzzy_logic_section import VARIANTS, final_r2
 from reproduction.runs import RunSpec, recorded_seconds
 from reproduction.sraven_section import read_probes
 
 TITLE = "Fuzzy logic at Table A1's setting, each run trained alone and eagerly"
+# the headline its section opens with (reproduction/finding.py)
+FINDING = Finding("test R²", reference="paper Table A1")
 
 
 def plan(size: str, seeds: int, out: Path) -> list[RunSpec]:

@@ -16,11 +16,14 @@ from latentlens.figures.training import metric_curve
 from latentlens.reports.seeds import difference_interval, mean_std
 from latentlens.sweep.run import STATUS_FILE
 from latentlens.training import RunDirectory, TrainConfig, Trainer, model_for_task
+from reproduction.finding import Finding
 from reproduction.fuzzy_logic_section import PAPER_TABLE_A1, VARIANTS, final_r2, task_config
 from reproduction.runs import RunSpec, recorded_seconds, trained_on
 from reproduction.sraven_section import read_probes
 
 TITLE = "Fuzzy logic at Table A1's setting"
+# the headline its section opens with (reproduction/finding.py)
+FINDING = Finding("test R²", reference="paper Table A1")
 SEQ_LEN, FRAC_TEST = 32, 0.7
 SIZES: dict[str, dict[str, Any]] = {
     # the reference's model and 50,000 steps of batch 128

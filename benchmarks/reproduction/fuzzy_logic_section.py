@@ -16,9 +16,12 @@ from latentlens.probes.codes import fuzzy_logic_codes
 from latentlens.reports.seeds import mean_std
 from latentlens.tasks import make_task
 from latentlens.training import TrainConfig, Trainer, model_for_task
+from reproduction.finding import Finding
 from reproduction.runs import RunSpec, metrics_at_end
 
 TITLE = "Fuzzy logic"
+# the headline its section opens with (reproduction/finding.py)
+FINDING = Finding("test R²", reference="official")
 VARIANTS = {"softmax": "softmax", "linear": "linear", "hyla": "HYLA"}
 SIZES: dict[str, dict[str, Any]] = {
     "gpu": dict(model={}, train=dict(eval_every=5_000), frac_tests=(0.3, 0.5, 0.7),

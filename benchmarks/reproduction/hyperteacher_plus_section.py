@@ -10,10 +10,13 @@ from pathlib import Path
 
 from latentlens.reports.seeds import mean_std
 from reproduction import hyperteacher
+from reproduction.finding import Finding
 from reproduction.hyperteacher_section import SIZES, connected_plus_figures
 from reproduction.runs import RunSpec
 
 TITLE = "Hyperteacher on Connected+"
+# the headline its section opens with (reproduction/finding.py)
+FINDING = Finding("OOD R² (Connected+)", reference="paper", row="OOD R² (Connected+)")
 SUPPORT = "connected-plus"
 ROWS = hyperteacher.ROWS[:6]  # the Connected+ rows
 

@@ -10,9 +10,12 @@ from typing import Any
 
 from latentlens.figures import decoding_curves, metric_curves, save_figure
 from reproduction import hyperteacher
+from reproduction.finding import Finding
 from reproduction.runs import RunSpec
 
 TITLE = "Hyperteacher: modular in-context regression"
+# the headline its section opens with (reproduction/finding.py)
+FINDING = Finding("OOD R² (Connected+)", reference="paper", row="OOD R² (Connected+)")
 SIZES: dict[str, dict[str, Any]] = {
     **hyperteacher.SIZES,
     "tiny": dict(steps=10, batch_size=16, lr=3e-3, warmup_steps=2, eval_every=10,

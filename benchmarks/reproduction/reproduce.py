@@ -55,6 +55,7 @@ from reproduction import (  # noqa: E402
     sraven_section,
     translation_section,
 )
+from reproduction.finding import finding_sentence  # noqa: E402
 from reproduction.runs import (  # noqa: E402
     code_commit,
     default_jobs,
@@ -159,21 +160,25 @@ def main(argv: list[str] | None = None) -> int:
             where = f"{this_machine(args.device, own)}. Code: commit {code_commit()}"
             dates = trained_between(own)
         title, _, body = text.partition("\n")
+        finding = finding_sentence(text, modules[name].FINDING, args.seeds)
         provenance = (
             f"*Made by `{command}` on {datetime.date.today().isoformat()}: {len(own)} runs"
             f"{dates}, {run_s / 60:.1f} minutes of training summed over runs; "
             f"analysis {(time.perf_counter() - section_start) / 60:.1f} minutes. Trained on "
             f"{where.rstrip('.')}.*"
         )
-        sections.append(f"{title}\n\n{provenance}\n{body}")
+        # for readers: the finding, the tables, then where the numbers came from
+        sections.append(f"{title}\n\n{finding}\n{body.rstrip()}\n\n{provenance}")
     wall = time.perf_counter() - start
     header = [
         "# Results",
         "",
         "Written by `benchmarks/reproduction/reproduce.py`; every latentlens number below was "
         "measured by it, none typed by hand. Published and official figures come from "
-        "[Methods: numbers](methods/numbers.md). Each section names the commit whose code "
-        "measured it; where later code changed what a run computes, the section says "
+        "[Methods: numbers](methods/numbers.md). Each section opens with its finding (read "
+        "from its first table by `reproduction/finding.py`), then its tables, and ends with "
+        "the command, machine, dates and commit whose code measured it; where later code "
+        "changed what a run computes, the section says "
         "**Stale:**, and the reviews that found a later change computes the same are "
         "recorded in `docs/results_reviews.json` (a test checks both).",
         "",

@@ -268,6 +268,7 @@ NUMERIC_SOURCES = (
     "latentlens/models/fusion.py",
     "latentlens/models/hypernetwork.py",
     "latentlens/models/init.py",
+    "latentlens/models/layer_norm.py",
     "latentlens/models/position.py",
     "latentlens/models/transformer.py",
     "latentlens/tasks",

@@ -13,6 +13,7 @@ from latentlens.figures import code_embedding, save_figure
 from latentlens.models.config import VARIANTS as ATTENTION_VARIANTS
 from latentlens.tasks import make_task
 from latentlens.training import TrainConfig, Trainer
+from reproduction.finding import Finding
 from reproduction.runs import RunSpec
 from reproduction.sraven_section import (
     MAIN,
@@ -26,6 +27,8 @@ from reproduction.sraven_section import (
 )
 
 TITLE = "SRAVEN: softmax, linear and HYLA"
+# the headline its section opens with (reproduction/finding.py)
+FINDING = Finding("OOD accuracy %", reference="paper OOD %")
 
 
 def plan(size: str, seeds: int, out: Path) -> list[RunSpec]:

@@ -18,9 +18,12 @@ from latentlens.models.config import VARIANTS as ATTENTION_VARIANTS
 from latentlens.reports.seeds import mean_std
 from latentlens.tasks import make_task
 from latentlens.training import TrainConfig, Trainer, model_for_task
+from reproduction.finding import Finding
 from reproduction.runs import RunSpec, metrics_at_end
 
 TITLE = "SRAVEN"
+# the headline its section opens with (reproduction/finding.py)
+FINDING = Finding("OOD accuracy %", reference="paper OOD %")
 SIZES: dict[str, dict[str, Any]] = {
     # the reference: F=4, V=8, D=128, H=16, 4 layers, 156,250 steps of batch 128
     "gpu": dict(task={}, model={}, train=dict(eval_every=10_000, eval_examples=4_096),

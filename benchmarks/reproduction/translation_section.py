@@ -14,9 +14,12 @@ from latentlens.figures import fuse_weight_curves, save_figure
 from latentlens.reports.seeds import difference_interval, mean_std
 from latentlens.tasks import make_task
 from reproduction import fusion_gca
+from reproduction.finding import Finding
 from reproduction.runs import RunSpec
 
 TITLE = "Translation: FUSION on a CoGnition-hard benchmark"
+# the headline its section opens with (reproduction/finding.py)
+FINDING = Finding("CTER instance", lower_is_better=True)
 SIZES: dict[str, dict[str, Any]] = {
     **fusion_gca.SIZES,
     "tiny": dict(

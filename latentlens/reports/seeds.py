@@ -23,13 +23,26 @@ def mean_std(values: Sequence[float | None], digits: int = 3) -> str:
 def difference_interval(ours: Sequence[float], base: Sequence[float]) -> tuple[float, float, float]:
     """Mean difference ``ours - base`` and its 95% Welch confidence interval (``nan`` bounds
     with fewer than 2 values on a side)."""
-    difference = statistics.mean(ours) - statistics.mean(base)
     if len(ours) < 2 or len(base) < 2:
+        return statistics.mean(ours) - statistics.mean(base), math.nan, math.nan
+    return summary_difference_interval(
+        statistics.mean(ours), statistics.stdev(ours), len(ours),
+        statistics.mean(base), statistics.stdev(base), len(base),
+    )  # fmt: skip
+
+
+def summary_difference_interval(
+    mean_a: float, sd_a: float, n_a: int, mean_b: float, sd_b: float, n_b: int
+) -> tuple[float, float, float]:
+    """:func:`difference_interval` from each side's mean, sample std and count (as a
+    table prints them): the difference ``a - b`` and its 95% Welch interval."""
+    difference = mean_a - mean_b
+    if n_a < 2 or n_b < 2:
         return difference, math.nan, math.nan
-    va, vb = statistics.variance(ours) / len(ours), statistics.variance(base) / len(base)
+    va, vb = sd_a**2 / n_a, sd_b**2 / n_b
     se = math.sqrt(va + vb)
     if se == 0:
         return difference, difference, difference
-    df = (va + vb) ** 2 / (va**2 / (len(ours) - 1) + vb**2 / (len(base) - 1))
+    df = (va + vb) ** 2 / (va**2 / (n_a - 1) + vb**2 / (n_b - 1))
     half = float(scipy.stats.t.ppf(0.975, df)) * se
     return difference, difference - half, difference + half
