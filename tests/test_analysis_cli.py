@@ -134,6 +134,10 @@ def test_probe_and_figures_commands_on_a_sraven_run(tmp_path: Path, capsys) -> N
     assert "clustering (k-means, " in printed and "(0 = chance)" in printed
     results = json.loads((run / "probes" / "results.json").read_text())
     assert results["task"] == "sraven" and "rule_swaps" in results
+    # every donor kind in each layer and both: 3 x 3 swaps, a printed line per layer set
+    assert len(results["rule_code_swaps"]) == 9
+    for layers in ("0", "1", "0,1"):
+        assert f"final queries' codes swapped for a donor's (layer {layers}): the donor " in printed
     # 2 layers x 4 heads, each change with its standard error; noise alone puts 4.55% of
     # the heads beyond two of them
     assert all(row["standard_error"] >= 0 for row in results["ablation"])

@@ -178,6 +178,8 @@ def print_probe_results(run: Path, results: dict) -> None:
               f"key {row['key']}): {_change(row)}")  # fmt: skip
     for line in code_swap_lines(results.get("code_swaps", [])):
         print(line)
+    for line in rule_code_swap_lines(results.get("rule_code_swaps", [])):
+        print(line)
     for row in results.get("rule_swaps", []):
         print(f"codes of {row['rules'][0]} and {row['rules'][1]} swapped (layer {row['layer']}): "
               f"{_change(row)}")  # fmt: skip
@@ -199,6 +201,27 @@ def code_swap_lines(swaps: list[dict]) -> list[str]:
             f"output change follows (another combination {other['moved']:.3f} ± "
             f"{other['moved_se']:.3f}); the same function on other inputs leaves R² "
             f"{same['r2_own']:.3f} of {same['r2_own_clean']:.3f}"
+        )
+    return lines
+
+
+def rule_code_swap_lines(swaps: list[dict]) -> list[str]:
+    """One line per layer of :func:`~latentlens.probes.sraven_swaps.sraven_code_swaps`'s
+    results: how often the model gives a one-rule donor's answer on its own puzzle before
+    and after the swap (beside a random combination's), and how often it stays right on
+    the features whose rule is kept (beside the same rules' codes from other panels)."""
+    lines = []
+    for layer in sorted({tuple(s["layers"]) for s in swaps}, key=lambda x: (len(x), x)):
+        kind = {s["donor"]: s for s in swaps if tuple(s["layers"]) == layer}
+        one, other = kind["one-rule"], kind["random-combination"]
+        same = kind["same-combination"]
+        lines.append(
+            f"final queries' codes swapped for a donor's (layer {','.join(map(str, layer))}): "
+            f"the donor rule's answer {one['donor_clean']:.3f} -> {one['donor_swapped']:.3f} "
+            f"± {one['donor_swapped_se']:.3f} with one rule changed (another combination "
+            f"{other['donor_clean']:.3f} -> {other['donor_swapped']:.3f}); kept rules right "
+            f"{one['kept_clean']:.3f} -> {one['kept_swapped']:.3f} (the same rules on other "
+            f"panels: {same['kept_swapped']:.3f})"
         )
     return lines
 

@@ -41,6 +41,7 @@ from latentlens.probes.health import (
     not_learned,
 )
 from latentlens.probes.interventions import head_ablation_table, patch_latent_code, swap_rule_codes
+from latentlens.probes.sraven_swaps import sraven_code_swaps
 from latentlens.probes.structure import (
     CLUSTER_SCORES,
     CLUSTERINGS,
@@ -155,6 +156,8 @@ def probe_sraven(trainer: Trainer, examples: int, embedding: str, step: Callable
                  **result.to_dict()}
             )  # fmt: skip
     results["rule_swaps"] = swaps
+    # the final queries' codes to every key, from a donor whose rules differ in one feature
+    results["rule_code_swaps"] = sraven_code_swaps(model, task, min(examples, 1_024))
     step("interventions")
     results["protocol"] = (
         "codes: the final query towards the same feature in panels 6 and 7, per layer and "
