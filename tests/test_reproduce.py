@@ -198,6 +198,7 @@ def test_the_gpu_sections_plan_in_seed_groups(reproduce, tmp_path: Path, capsys)
     assert "sraven-main: 9 runs (9 in 3 seed groups), 1,406,250 steps, about 18-54" in printed
     assert "fuzzy-logic-a1: 9 runs (9 in 3 seed groups), 450,000 steps, about 2-5" in printed
     assert "fuzzy-logic-a1-ablations: 15 runs (15 in 5 seed groups), 750,000 steps" in printed
+    assert "fuzzy-logic-a1-one-head: 9 runs (9 in 3 seed groups), 450,000 steps" in printed
     assert "hyperteacher-connected-plus: 6 runs (6 in 2 seed groups)" in printed
     assert not (tmp_path / "runs").exists()
     default = reproduce.main(["--size", "gpu", "--plan", "--out", str(tmp_path / "runs")])
@@ -240,8 +241,24 @@ def test_every_gpu_section_dry_runs_in_seed_groups(reproduce, tmp_path: Path, ca
     ablations = reproduce.SECTIONS["fuzzy-logic-a1-ablations"]
     again = ablations.report(out / "fuzzy-logic-a1-ablations", "tiny", 2, "cpu", tmp_path)
     assert "| linear (fuzzy-logic-a1, NVIDIA H100) |" in again
+    # one head beside the 8-head runs: each variant's difference, and the section's finding
+    one_head = text[text.index("## One head at Table A1") :].split("\n## ")[0]
+    assert one_head.splitlines()[2].startswith("**Finding.** One head instead of eight")
+    assert table_row(one_head, "HYLA").count("[") == 1
     for figure in ("sraven-main-codes-hyla", "fuzzy-logic-a1-curves", "hyperteacher-plus-r2"):
         assert (results.parent / "figures" / f"{figure}.png").stat().st_size > 1_000
+
+
+def test_the_one_head_runs_differ_from_table_a1s_in_their_heads_alone(reproduce, tmp_path) -> None:
+    from reproduction import fuzzy_logic_a1_one_head_section as one_head
+    from reproduction import fuzzy_logic_a1_section as a1
+
+    full = {spec.path.name: spec.config for spec in a1.plan("gpu", 3, tmp_path / "a1")}
+    for spec in one_head.plan("gpu", 3, tmp_path / "one-head"):
+        eight = full[spec.path.name]
+        assert spec.config["model"]["n_heads"] == 1 and eight["model"]["n_heads"] == 8
+        assert {**spec.config["model"], "n_heads": 8} == eight["model"]  # widths kept
+        assert spec.config["train"] == eight["train"] and spec.config["task"] == eight["task"]
 
 
 def test_the_ablations_differ_from_table_a1s_runs_in_attention_alone(reproduce, tmp_path) -> None:

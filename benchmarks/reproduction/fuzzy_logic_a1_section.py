@@ -46,15 +46,23 @@ def plan(size: str, seeds: int, out: Path) -> list[RunSpec]:
     return plan_variants(VARIANTS, size, seeds, out)
 
 
-def plan_variants(variants: dict[str, str], size: str, seeds: int, out: Path) -> list[RunSpec]:
-    """Every variant's ``seeds`` runs at this setting, one seed group per variant."""
+def plan_variants(
+    variants: dict[str, str],
+    size: str,
+    seeds: int,
+    out: Path,
+    model: dict[str, Any] | None = None,
+) -> list[RunSpec]:
+    """Every variant's ``seeds`` runs at this setting (the size's model with ``model``'s
+    overrides), one seed group per variant."""
     chosen, config = SIZES[size], task()
+    overrides = {**chosen["model"], **(model or {})}
     return [
         RunSpec(
             out / f"{variant}-s{seed}",
             Trainer.resolve_config(
                 "fuzzy-logic",
-                model_for_task("fuzzy-logic", config, attention=variant, **chosen["model"]),
+                model_for_task("fuzzy-logic", config, attention=variant, **overrides),
                 TrainConfig.for_task("fuzzy-logic", seed=seed, **chosen["train"]),
                 config,
             ),
@@ -238,8 +246,8 @@ def latent_code_lines(
         "error), beside the same decoder fit on shuffled labels (chance is 0); k-means ARI "
         "of the codes against the term combination (0 = chance); topographic ρ between code "
         "distances and term-bit distances with its permutation p; the largest change of test "
-        "R² when one head is zero-ablated (± its standard error), and how many of the 16 "
-        "heads change it by more than two standard errors.",
+        "R² when one head is zero-ablated (± its standard error), and how many of the "
+        "layers' heads change it by more than two standard errors.",
         "",
         "| run | test R² | decoding R² | shuffled | k-means ARI | topographic ρ (p) | "
         "largest head ablation | heads > 2 s.e. | training s |",

@@ -47,6 +47,7 @@ from reproduction import (  # noqa: E402
     connection_section,
     fuzzy_logic_a1_ablations_section,
     fuzzy_logic_a1_cpu_section,
+    fuzzy_logic_a1_one_head_section,
     fuzzy_logic_a1_section,
     fuzzy_logic_section,
     hyperteacher_plus_section,
@@ -79,6 +80,8 @@ SECTIONS: dict[str, ModuleType] = {
     "sraven-main": sraven_main_section,
     "fuzzy-logic-a1": fuzzy_logic_a1_section,
     "fuzzy-logic-a1-ablations": fuzzy_logic_a1_ablations_section,
+    # Fig. 5C: one head, the same parameters, beside fuzzy-logic-a1's 8-head runs
+    "fuzzy-logic-a1-one-head": fuzzy_logic_a1_one_head_section,
     # the same configs each trained alone and eagerly (latentlens sweep), read back from
     # the raw output: benchmarks/results/cpu_a1_2026-11-26
     "fuzzy-logic-a1-cpu": fuzzy_logic_a1_cpu_section,
@@ -160,7 +163,8 @@ def main(argv: list[str] | None = None) -> int:
             where = f"{this_machine(args.device, own)}. Code: commit {code_commit()}"
             dates = trained_between(own)
         title, _, body = text.partition("\n")
-        finding = finding_sentence(text, modules[name].FINDING, args.seeds)
+        spec = modules[name].FINDING  # None: the section writes its own finding
+        finding = "" if spec is None else f"\n{finding_sentence(text, spec, args.seeds)}\n"
         provenance = (
             f"*Made by `{command}` on {datetime.date.today().isoformat()}: {len(own)} runs"
             f"{dates}, {run_s / 60:.1f} minutes of training summed over runs; "
@@ -168,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{where.rstrip('.')}.*"
         )
         # for readers: the finding, the tables, then where the numbers came from
-        sections.append(f"{title}\n\n{finding}\n{body.rstrip()}\n\n{provenance}")
+        sections.append(f"{title}\n{finding}{body.rstrip()}\n\n{provenance}")
     wall = time.perf_counter() - start
     header = [
         "# Results",
