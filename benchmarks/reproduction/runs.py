@@ -270,6 +270,7 @@ NUMERIC_SOURCES = (
     "latentlens/models/init.py",
     "latentlens/models/layer_norm.py",
     "latentlens/models/position.py",
+    "latentlens/models/softmax.py",
     "latentlens/models/transformer.py",
     "latentlens/tasks",
     "latentlens/training/objective.py",

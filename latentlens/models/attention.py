@@ -42,6 +42,7 @@ from latentlens.models.config import AttentionConfig
 from latentlens.models.hooked import HookPoint, any_hooked
 from latentlens.models.init import embedding_normal_, lecun_normal_
 from latentlens.models.position import RelativePositionBias
+from latentlens.models.softmax import softmax
 from latentlens.models.validation import check_input
 
 ACTIVATION_FUNCTIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
@@ -332,7 +333,7 @@ class Attention(nn.Module):
         """Attention weights a ``[batch, head, query, key]`` from masked scores."""
         norm = self.cfg.normalization
         if norm == "softmax":
-            return torch.softmax(scores, dim=-1)
+            return softmax(scores)
         if norm == "rms_head":
             mean_square = scores.square().mean(dim=1, keepdim=True)
             return scores * torch.rsqrt(mean_square + self.cfg.rms_eps)

@@ -10,6 +10,7 @@ from torch import nn
 
 from latentlens.models.hooked import HookPoint
 from latentlens.models.init import lecun_normal_
+from latentlens.models.softmax import softmax
 
 CONNECTIONS = ("none", "original", "gca", "layerwise", "uniform")
 
@@ -44,7 +45,7 @@ class FuseAttention(nn.Module):
         k = torch.einsum("bpsm,hmd->bpshd", sources, self.W_K)
         v = torch.einsum("bpsm,hmd->bpshd", sources, self.W_V)
         scores = torch.einsum("bphd,bpshd->bhps", q, k) / math.sqrt(self.d_head)
-        pattern = self.hook_pattern(torch.softmax(scores, dim=-1))
+        pattern = self.hook_pattern(softmax(scores))
         z = self.hook_z(torch.einsum("bhps,bpshd->bphd", pattern, v))
         return torch.einsum("bphd,hdm->bpm", z, self.W_O)
 

@@ -83,9 +83,11 @@ def test_each_seed_trains_as_its_own_run_would(task: str, tmp_path: Path) -> Non
         ]
         for a, b in zip(grouped, alone, strict=True):
             # the same data, init and updates; vmapped kernels only sum floats in another
-            # order (measured differences <= 2.4e-7 on values of order 1, 6.2e-7 relative on
-            # an untrained fuzzy-logic R² of -20, where float32 rounding scales with it)
-            assert_same_metrics(a, b, rel=2e-6, abs=1e-5)
+            # order (measured differences <= 2.4e-7 on values of order 1, 7.2e-7 relative on
+            # an untrained fuzzy-logic R² of -20, where float32 rounding scales with it, and
+            # 5.4e-6 relative on modular ICL's untrained R² of -3.5 after 30 steps: 2.0e-6
+            # with PyTorch's own softmax backward, whose rows summed in another order)
+            assert_same_metrics(a, b, rel=1e-5, abs=1e-5)
         # --track's recorder, from the initialisation (step 0) on, as the run alone records
         tracked = sorted((tmp_path / f"g{seed}/tracking").glob("*.safetensors"))
         assert tracked, "the --track recorder wrote nothing"
