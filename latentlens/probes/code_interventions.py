@@ -88,17 +88,22 @@ def final_query_codes(model: HookedLike, batch: Batch, layers: Sequence[int]) ->
     return torch.stack([cache[name][:, :, -1, :] for name in names], dim=1)
 
 
-def predictions(
-    model: HookedLike, batch: Batch, replaced: dict[int, torch.Tensor] | None = None
+def run_with_final_codes(
+    model: HookedLike,
+    inputs: torch.Tensor,
+    replaced: dict[int, torch.Tensor] | None = None,
+    queries: int = 1,
 ) -> torch.Tensor:
-    """The model's prediction ``[batch]`` at the final position, with the final query's
-    codes of each layer in ``replaced`` (layer -> ``[batch, head, key]``) put in place."""
+    """The model's output on ``inputs`` (in eval mode, without gradients) with the codes of
+    the last ``queries`` query positions of each layer in ``replaced`` put in place (layer ->
+    ``[batch, head, queries, key]``, or ``[batch, head, key]`` for one query)."""
     hooks = []
     for layer, codes in (replaced or {}).items():
 
         def hook(pattern: torch.Tensor, hook: object, codes: torch.Tensor = codes) -> torch.Tensor:
             pattern = pattern.clone()
-            pattern[:, :, -1, :] = codes
+            rows = pattern[:, :, -queries:, :]
+            rows.copy_(codes.reshape(rows.shape))
             return pattern
 
         hooks.append((pattern_hook_name(layer), hook))
@@ -106,10 +111,17 @@ def predictions(
     model.eval()
     try:
         with torch.no_grad():
-            output = model.run_with_hooks(batch.inputs, fwd_hooks=hooks)
+            return model.run_with_hooks(inputs, fwd_hooks=hooks)
     finally:
         model.train(was_training)
-    return output[:, -1, 0]
+
+
+def predictions(
+    model: HookedLike, batch: Batch, replaced: dict[int, torch.Tensor] | None = None
+) -> torch.Tensor:
+    """The model's prediction ``[batch]`` at the final position, with the final query's
+    codes of each layer in ``replaced`` (layer -> ``[batch, head, key]``) put in place."""
+    return run_with_final_codes(model, batch.inputs, replaced)[:, -1, 0]
 
 
 def fraction_moved(change: torch.Tensor, reference: torch.Tensor) -> tuple[float, float]:

@@ -32,6 +32,7 @@ import numpy as np
 import torch
 
 from latentlens.models import pattern_hook_name
+from latentlens.probes.code_interventions import run_with_final_codes
 from latentlens.probes.interventions import PARTS, rows_of
 from latentlens.tasks.base import Batch
 from latentlens.tasks.sraven import RULE_NAMES, rule_answers
@@ -131,23 +132,7 @@ def answers(
 ) -> torch.Tensor:
     """The answer panel the model gives ``[batch, F]``, with the last ``queries`` positions'
     codes of each layer in ``replaced`` put in place."""
-    hooks = []
-    for layer, codes in (replaced or {}).items():
-
-        def hook(pattern: torch.Tensor, hook: object, codes: torch.Tensor = codes) -> torch.Tensor:
-            pattern = pattern.clone()
-            pattern[:, :, -queries:, :] = codes
-            return pattern
-
-        hooks.append((pattern_hook_name(layer), hook))
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            logits = model.run_with_hooks(batch.inputs, fwd_hooks=hooks)
-    finally:
-        model.train(was_training)
-    return logits[:, -queries:].argmax(-1)
+    return run_with_final_codes(model, batch.inputs, replaced, queries)[:, -queries:].argmax(-1)
 
 
 def rule_answer_on(batch: Batch, rules: torch.Tensor, num_values: int) -> torch.Tensor:
