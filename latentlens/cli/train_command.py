@@ -59,6 +59,7 @@ def run_train(args: argparse.Namespace) -> int:
                          "--cuda-graphs, or --eager")  # fmt: skip
     if args.time_budget is not None and not args.time_budget > 0:
         raise ValueError(f"--time-budget {args.time_budget} is invalid: give seconds > 0")
+    ended = False  # every rank meets at the end of a finished run (shutdown_distributed)
     try:
         if args.seeds and (args.resume or args.seed is not None):
             raise ValueError("--seeds starts new runs: drop --seed and --resume")
@@ -136,10 +137,11 @@ def run_train(args: argparse.Namespace) -> int:
             if trainers[0].dist.is_main:
                 print(interrupted_message(trainers), file=sys.stderr)
             return 130  # the shell's code for a command stopped by Ctrl-C (SIGINT)
+        ended = True
     except TrainingDiverged as err:
         raise ValueError(str(err)) from None
     finally:
-        shutdown_distributed()
+        shutdown_distributed(finished=ended)
     stopped = [one for one, _ in finished if one.stopped_at is not None]
     if stopped:
         runs = " ".join(str(one.run_dir.path) for one in stopped)

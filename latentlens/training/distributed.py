@@ -109,7 +109,18 @@ def init_distributed(device: torch.device) -> tuple[DistributedContext, torch.de
     return DistributedContext(rank, world_size, local_rank), device
 
 
-def shutdown_distributed() -> None:
-    """Leave the process group at the end of a run (no-op when there is none)."""
+def shutdown_distributed(finished: bool = False) -> None:
+    """Leave the process group at the end of a run (no-op when there is none); after a
+    ``finished`` run, only once every rank has come to its end.
+
+    The barrier keeps a gloo rank from freeing its process group while one of the group's
+    worker threads still frees a collective's tensors: freeing them takes the GIL, which
+    the thread that frees the group holds while it joins those workers, and the rank hung
+    at exit. A rank whose last collective came just before its end (every rank but 0, which
+    writes the checkpoint) did, beside busy neighbours: rank 0 left, rank 1 waited forever.
+    Waiting in the barrier releases the GIL, so the workers finish first. A run that failed
+    leaves at once (another rank may be gone)."""
     if dist.is_available() and dist.is_initialized():
+        if finished:
+            dist.barrier()
         dist.destroy_process_group()
