@@ -31,7 +31,7 @@ SIZES: dict[str, dict[str, Any]] = {
                 probe_examples=2_048),
     "cpu": dict(model=dict(d_model=64, d_mlp=128),
                 train=dict(steps=2_000, lr=3e-3, warmup_steps=100, eval_every=500,
-                           eval_examples=1_024)),
+                           eval_examples=1_024), probe_examples=1_024),
     "tiny": dict(model=dict(d_model=16, n_heads=4, qk_dim=8, v_dim=8, d_mlp=32),
                  train=dict(steps=20, batch_size=32, warmup_steps=5, eval_every=20,
                             eval_examples=64), probe_examples=64),
