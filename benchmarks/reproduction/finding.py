@@ -51,7 +51,7 @@ def measured(table: list[list[str]], finding: Finding) -> list[tuple[str, str, s
     """``(label, cell, reference cell)`` of each row (or column, for a ``row`` finding)."""
     header, rows = table[0], table[1:]
     if finding.row is not None:
-        (cells,) = [r for r in rows if r[0] == finding.row] or [None]
+        cells = next((r for r in rows if r[0] == finding.row), None)
         if cells is None:
             raise ValueError(f"the section's table has no row {finding.row!r}")
         found = []

@@ -80,12 +80,16 @@ def donor_problems(
     return task.problems(torch.tensor(donors, device=task.device), x.to(task.device))
 
 
-def final_query_codes(model: HookedLike, batch: Batch, layers: Sequence[int]) -> torch.Tensor:
-    """The final query's codes ``[batch, layer, head, key]`` in ``layers``."""
+def final_query_codes(
+    model: HookedLike, batch: Batch, layers: Sequence[int], queries: int | None = None
+) -> torch.Tensor:
+    """The final query's codes ``[batch, layer, head, key]`` in ``layers``; with
+    ``queries``, the last ``queries`` positions' ``[batch, layer, head, queries, key]``."""
     names = [pattern_hook_name(layer) for layer in layers]
+    rows = -1 if queries is None else slice(-queries, None)
     with torch.no_grad():
         _, cache = model.run_with_cache(batch.inputs, names_filter=names)
-    return torch.stack([cache[name][:, :, -1, :] for name in names], dim=1)
+    return torch.stack([cache[name][:, :, rows, :] for name in names], dim=1)
 
 
 def run_with_final_codes(

@@ -31,8 +31,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from latentlens.models import pattern_hook_name
-from latentlens.probes.code_interventions import run_with_final_codes
+from latentlens.probes.code_interventions import final_query_codes, run_with_final_codes
 from latentlens.probes.interventions import PARTS, rows_of
 from latentlens.tasks.base import Batch
 from latentlens.tasks.sraven import RULE_NAMES, rule_answers
@@ -117,16 +116,6 @@ def donor_puzzles(
     return puzzles_of(task, own, fresh)
 
 
-def final_query_codes(
-    model: HookedLike, batch: Batch, layers: Sequence[int], queries: int
-) -> dict[int, torch.Tensor]:
-    """The last ``queries`` positions' codes ``[batch, head, queries, key]`` per layer."""
-    names = {layer: pattern_hook_name(layer) for layer in layers}
-    with torch.no_grad():
-        _, cache = model.run_with_cache(batch.inputs, names_filter=list(names.values()))
-    return {layer: cache[name][:, :, -queries:, :] for layer, name in names.items()}
-
-
 def answers(
     model: HookedLike, batch: Batch, queries: int, replaced: dict[int, torch.Tensor] | None = None
 ) -> torch.Tensor:
@@ -189,10 +178,20 @@ def swap_rule_codes(
     if len(donor) != len(batch):
         raise ValueError(f"donor has {len(donor)} puzzles, batch {len(batch)}: pass equal sizes")
     queries = task.config.num_features
-    layers = tuple(layers)
     codes = final_query_codes(model, donor, layers, queries)
     clean = answers(model, batch, queries)
-    swapped = answers(model, batch, queries, codes)
+    return read_swap(model, task, batch, donor, clean, codes, tuple(layers), donor_name)
+
+
+def read_swap(
+    model: HookedLike, task: SRavenTask, batch: Batch, donor: Batch, clean: torch.Tensor,
+    codes: torch.Tensor, layers: tuple[int, ...], donor_name: str,
+) -> RuleSwapResult:  # fmt: skip
+    """The swap of ``donor``'s codes ``[batch, layer, head, queries, key]`` (one entry per
+    layer of ``layers``) into ``batch``, read against the ``clean`` answers ``[batch, F]``."""
+    queries = task.config.num_features
+    replaced = {layer: codes[:, i] for i, layer in enumerate(layers)}
+    swapped = answers(model, batch, queries, replaced)
     own = batch.targets
     theirs = rule_answer_on(batch, donor.labels["rules"], task.config.num_values)
     same_rule = donor.labels["rules"].to(own.device) == batch.labels["rules"].to(own.device)
@@ -220,9 +219,13 @@ def sraven_code_swaps(
     draws = task.draw(examples, split, generator)
     batch = task.assemble(draws, split)
     layers = list(range(len(model.blocks)))
+    clean = answers(model, batch, task.config.num_features)  # once for every swap
     results = []
     for kind in DONOR_KINDS:
         donor = donor_puzzles(task, batch, draws, kind, generator)
+        codes = final_query_codes(model, donor, layers, task.config.num_features)
         for swapped in [*([layer] for layer in layers), layers]:
-            results.append(swap_rule_codes(model, task, batch, donor, swapped, kind).to_dict())
+            chosen = codes[:, swapped]  # [batch, len(swapped), head, queries, key]
+            result = read_swap(model, task, batch, donor, clean, chosen, tuple(swapped), kind)
+            results.append(result.to_dict())
     return results
