@@ -60,6 +60,7 @@ def run_train(args: argparse.Namespace) -> int:
     if args.time_budget is not None and not args.time_budget > 0:
         raise ValueError(f"--time-budget {args.time_budget} is invalid: give seconds > 0")
     ended = False  # every rank meets at the end of a finished run (shutdown_distributed)
+    trainers: list[Trainer] = []
     try:
         if args.seeds and (args.resume or args.seed is not None):
             raise ValueError("--seeds starts new runs: drop --seed and --resume")
@@ -141,6 +142,8 @@ def run_train(args: argparse.Namespace) -> int:
     except TrainingDiverged as err:
         raise ValueError(str(err)) from None
     finally:
+        for one in trainers:
+            one.leave_data_parallel()
         shutdown_distributed(finished=ended)
     stopped = [one for one, _ in finished if one.stopped_at is not None]
     if stopped:

@@ -13,6 +13,7 @@ no-op and the trainer runs as a single process.
 
 from __future__ import annotations
 
+import gc
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -111,16 +112,21 @@ def init_distributed(device: torch.device) -> tuple[DistributedContext, torch.de
 
 def shutdown_distributed(finished: bool = False) -> None:
     """Leave the process group at the end of a run (no-op when there is none); after a
-    ``finished`` run, only once every rank has come to its end.
+    ``finished`` run, only once every rank has come to its end. Unwrap the run's
+    DistributedDataParallel first (:meth:`Trainer.leave_data_parallel`).
 
-    The barrier keeps a gloo rank from freeing its process group while one of the group's
-    worker threads still frees a collective's tensors: freeing them takes the GIL, which
-    the thread that frees the group holds while it joins those workers, and the rank hung
-    at exit. A rank whose last collective came just before its end (every rank but 0, which
-    writes the checkpoint) did, beside busy neighbours: rank 0 left, rank 1 waited forever.
-    Waiting in the barrier releases the GIL, so the workers finish first. A run that failed
-    leaves at once (another rank may be gone)."""
+    Why: gloo's worker threads free a collective's tensors after the collective returns,
+    and freeing a tensor Python made takes the GIL. The process group's destructor joins
+    those threads. Python's last reference to the group, dropped here, destroys it with the
+    GIL released; but a DDP reducer still alive holds the group too, and a reducer freed
+    later (as the run's objects go) destroyed it *holding* the GIL, so a worker still
+    freeing tensors waited for the GIL and the rank hung at exit (beside busy neighbours,
+    seen in CI). So the reducer goes first (``gc.collect`` frees DDP's reference cycles)
+    and this call drops the last reference. The barrier lets every rank's workers finish
+    their last collective first; a run that failed leaves at once (another rank may be
+    gone)."""
     if dist.is_available() and dist.is_initialized():
+        gc.collect()
         if finished:
             dist.barrier()
         dist.destroy_process_group()

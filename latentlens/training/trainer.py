@@ -296,6 +296,12 @@ class Trainer(RunStart, TrainingLoop, Checkpointing, Evaluation):
             self.lock.release()
             self.lock = None
 
+    def leave_data_parallel(self) -> None:
+        """Unwrap DistributedDataParallel before the process group is destroyed (see
+        :func:`~latentlens.training.distributed.shutdown_distributed`); a no-op otherwise."""
+        if isinstance(self.objective, torch.nn.parallel.DistributedDataParallel):
+            self.objective = self.objective.module
+
 
 def train_or_resume(
     run: str | Path,

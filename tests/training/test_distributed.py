@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import subprocess
 import sys
+import weakref
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -14,7 +17,8 @@ import torch.distributed as dist
 from safetensors.torch import load_file
 
 from latentlens.tasks import make_task
-from latentlens.training.distributed import DistributedContext
+from latentlens.training import Trainer
+from latentlens.training.distributed import DistributedContext, shutdown_distributed
 
 FLAGS = ["train", "--task", "fuzzy-logic", "--attention", "hyla", "--d-model", "32",
          "--n-heads", "4", "--qk-dim", "8", "--v-dim", "8", "--d-mlp", "64",
@@ -85,3 +89,25 @@ def test_rows_split_every_batch_tensor_in_rank_order() -> None:
             assert torch.equal(torch.cat([p.labels[name] for p in parts]), label), name
     with pytest.raises(ValueError, match="multiple of 4"):
         DistributedContext(0, 4).rows(batch)
+
+
+@pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is not built in")
+def test_the_ddp_reducer_is_freed_before_the_process_group(tmp_path: Path) -> None:
+    """The run's DDP wrapper (and its reducer, which holds the gloo group) goes before the
+    group is destroyed, so the group's destructor runs from Python's reference, with the
+    GIL released, not from the reducer's while a worker thread waits for the GIL."""
+    dist.init_process_group(
+        "gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1
+    )
+    try:
+        model = torch.nn.Linear(4, 2)
+        run = SimpleNamespace(objective=torch.nn.parallel.DistributedDataParallel(model))
+        run.objective(torch.ones(3, 4)).sum().backward()  # the reducer has worked
+        wrapper = weakref.ref(run.objective)
+        Trainer.leave_data_parallel(run)
+        assert run.objective is model
+        gc.collect()
+        assert wrapper() is None, "something still holds the DDP wrapper and its reducer"
+    finally:
+        shutdown_distributed(finished=True)
+    assert not dist.is_initialized()
