@@ -37,6 +37,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -126,10 +127,30 @@ def candidates(device: torch.device, graph_capturable: bool, compiler: bool) -> 
     return ["eager", "compile", "fused", "fused-compile"]
 
 
+PACKAGE = Path(__file__).resolve().parents[1]
+
+
+@cache
+def code_digest(package: Path = PACKAGE) -> str:
+    """A digest of the code the paths run (``package``'s kernels and models, C and
+    Python): faster kernels make their calibrations stale."""
+    files = sorted(
+        path
+        for folder in ("kernels", "models")
+        for path in (package / folder).iterdir()
+        if path.suffix in (".py", ".c", ".h")
+    )
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
 def machine_key(device: torch.device) -> dict[str, Any]:
-    """What a calibration depends on besides the model: processor, CPUs, torch."""
+    """What a calibration depends on besides the model: processor, CPUs, torch, the code."""
     key: dict[str, Any] = {"processor": cpu_model() or platform.machine(), "cpus": available_cpus(),
-                           "torch": torch.__version__, "device": device.type}  # fmt: skip
+                           "torch": torch.__version__, "device": device.type,
+                           "code": code_digest()}  # fmt: skip
     if device.type == "cuda":
         key["gpu"] = torch.cuda.get_device_name(device)
     return key

@@ -120,6 +120,31 @@ def test_short_runs_are_eager_without_calibrating_and_long_ones_are_cached(
     (tmp_path / "fast_paths.json").write_text("{not json")
     choose_path(_config(CALIBRATE_FROM), CPU, ["eager", "compile"], make_step)
     assert built == ["eager", "compile"] * 2
+    # other kernels or models (a faster kernel after an upgrade): measured again
+    monkeypatch.setattr(fast_path, "code_digest", lambda: "another version")
+    choose_path(_config(CALIBRATE_FROM), CPU, ["eager", "compile"], make_step)
+    assert built == ["eager", "compile"] * 3
+
+
+def test_the_code_digest_follows_the_kernels_and_the_models(tmp_path: Path) -> None:
+    for folder, name in (("kernels", "mlp.c"), ("kernels", "gelu.h"), ("models", "attention.py")):
+        (tmp_path / folder).mkdir(exist_ok=True)
+        (tmp_path / folder / name).write_text(f"// {name}\n")
+    (tmp_path / "kernels" / "notes.txt").write_text("not code")
+
+    def digest() -> str:
+        fast_path.code_digest.cache_clear()
+        return fast_path.code_digest(tmp_path)
+
+    first = digest()
+    (tmp_path / "kernels" / "notes.txt").write_text("other notes")
+    assert digest() == first
+    for folder, name in (("kernels", "mlp.c"), ("kernels", "gelu.h"), ("models", "attention.py")):
+        before = digest()
+        (tmp_path / folder / name).write_text(f"// {name}, faster\n")
+        assert digest() != before, name
+    fast_path.code_digest.cache_clear()
+    assert fast_path.code_digest() != first  # the package's own sources
 
 
 FLAGS = ["train", "--task", "fuzzy-logic", "--attention", "linear", "--d-model", "16",
