@@ -361,6 +361,22 @@ def test_the_table_a1_sweep_spec_holds_the_sections_runs(reproduce, tmp_path: Pa
         assert cells[name] == {**config, "train": {**config["train"], "threads": 1}}, name
 
 
+def test_the_one_head_sweep_spec_holds_the_one_head_sections_runs(reproduce, tmp_path) -> None:
+    # benchmarks/reproduction/sweeps/fuzzy-logic-a1-one-head.yaml: Fig. 5C's runs, the same
+    # configs as the fuzzy-logic-a1-one-head section's, one head where Table A1's have eight
+    from reproduction import fuzzy_logic_a1_one_head_section as one_head
+
+    from latentlens.sweep import SweepSpec
+
+    sweep = SCRIPT.parent / "sweeps" / "fuzzy-logic-a1-one-head.yaml"
+    cells = {cell.name: cell.config for cell in SweepSpec.read(sweep).cells()}
+    planned = {spec.path.name: spec.config for spec in one_head.plan("gpu", 3, tmp_path)}
+    assert sorted(cells) == sorted(planned) and len(cells) == 9
+    for name, config in planned.items():
+        assert config["model"]["n_heads"] == 1
+        assert cells[name] == {**config, "train": {**config["train"], "threads": 1}}, name
+
+
 def test_the_a1_section_sets_the_same_configs_trained_elsewhere_beside_its_own(
     reproduce, tmp_path
 ) -> None:
