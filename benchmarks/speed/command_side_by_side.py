@@ -87,8 +87,9 @@ def steps_reached(run_dir: Path, stderr: str) -> int:
     return int(config["train"]["steps"])
 
 
-def timed_commands(commands: list[tuple[list[str], Path]]) -> list[tuple[int, float]]:
-    """Run ``commands`` at once; each one's (steps reached, wall seconds)."""
+def timed_commands(commands: list[tuple[list[str], Path]]) -> list[tuple[int, float, str]]:
+    """Run ``commands`` at once; each one's (steps reached, wall seconds, path taken: the one
+    its config records)."""
     env = {
         k: v for k, v in os.environ.items() if k not in ("LATENTLENS_THREADS", "OMP_NUM_THREADS")
     }
@@ -107,14 +108,15 @@ def timed_commands(commands: list[tuple[list[str], Path]]) -> list[tuple[int, fl
         err = process.stderr.read()
         if process.returncode not in (0, 3):
             raise SystemExit(f"error: {' '.join(process.args)} failed:\n{err}")
-        results.append((steps_reached(run_dir, err), ended[index]))
+        path = json.loads((run_dir / "config.json").read_text())["train"].get("path")
+        results.append((steps_reached(run_dir, err), ended[index], path or "?"))
     return results
 
 
 def command_rate(task: str, variant: str, runs: int, budgets: tuple[float, float],
-                 folder: Path, tag: str) -> tuple[float, list[float]]:  # fmt: skip
+                 folder: Path, tag: str) -> tuple[float, list[float], list[str]]:  # fmt: skip
     """Steps/s of ``runs`` commands at once (added up), by the two budgets' difference;
-    also each run's rate."""
+    also each run's rate and the path each longer command took."""
     threads = 1 if runs > 1 else None
     reached = []
     for budget in budgets:
@@ -124,8 +126,8 @@ def command_rate(task: str, variant: str, runs: int, budgets: tuple[float, float
             commands.append((command(task, variant, seed, run_dir, budget, folder, threads),
                              run_dir))  # fmt: skip
         reached.append(timed_commands(commands))
-    rates = [(s2 - s1) / (w2 - w1) for (s1, w1), (s2, w2) in zip(*reached, strict=True)]
-    return sum(rates), rates
+    rates = [(s2 - s1) / (w2 - w1) for (s1, w1, _), (s2, w2, _) in zip(*reached, strict=True)]
+    return sum(rates), rates, [path for _, _, path in reached[-1]]
 
 
 def official_rate(official: Path, task: str, variant: str, runs: int, steps: int,
@@ -203,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
                     runs = cores if mode == "cores" else 1
                     row: dict[str, Any] = {"task": task, "variant": variant, "mode": mode,
                                            "runs": runs, "official": [], "command": [],
-                                           "per_run": [], "step": []}  # fmt: skip
+                                           "per_run": [], "step": [], "paths": []}  # fmt: skip
                     for round_ in range(args.rounds):
                         tag = f"{mode}-r{round_}"
                         row["official"].append(
@@ -211,14 +213,17 @@ def main(argv: list[str] | None = None) -> int:
                                 args.official, task, variant, runs, args.official_steps, folder
                             )
                         )
-                        total, per_run = command_rate(task, variant, runs,
-                                                      tuple(args.budgets), folder, tag)  # fmt: skip
+                        total, per_run, paths = command_rate(
+                            task, variant, runs, tuple(args.budgets), folder, tag
+                        )
                         row["command"].append(total)
+                        row["paths"].append(paths)
                         row["per_run"].append(per_run)
                         if mode == "single":
                             row["step"].append(step_rate(task, variant, args.official_steps))
                         print(f"{task} {variant} {mode} round {round_}: official "
-                              f"{row['official'][-1]:.1f}, command {total:.1f} steps/s",
+                              f"{row['official'][-1]:.1f}, command {total:.1f} steps/s "
+                              f"(path {', '.join(paths)})",
                               file=sys.stderr, flush=True)  # fmt: skip
                     rows.append(row)
                     if args.out:  # kept as it grows: a failure later loses nothing
