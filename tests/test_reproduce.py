@@ -345,35 +345,26 @@ def test_the_a1_section_sets_each_eager_check_beside_its_fast_run(reproduce, tmp
     assert "| eager, CPU | 0.730 | 0.800 |" in lines
 
 
-def test_the_table_a1_sweep_spec_holds_the_sections_runs(reproduce, tmp_path: Path) -> None:
-    # benchmarks/reproduction/sweeps/fuzzy-logic-a1.yaml trains the section's runs through
-    # `latentlens sweep` (on a cluster): the same configs in the folders the section reads, so that
-    # reproduce.py finds them finished; the sweep gives each its one thread
-    from reproduction import fuzzy_logic_a1_section as a1
+@pytest.mark.parametrize(
+    "section, heads",
+    [("fuzzy-logic-a1", 8), ("fuzzy-logic-a1-one-head", 1)],  # Table A1; Fig. 5C's one head
+)
+def test_a_sweep_spec_holds_its_sections_runs(reproduce, tmp_path: Path, section, heads) -> None:
+    # benchmarks/reproduction/sweeps/<section>.yaml trains the section's runs through
+    # `latentlens sweep` (on a cluster or one run per core): the same configs in the folders
+    # the section reads, so that reproduce.py finds them finished; the sweep gives each its
+    # one thread
+    import importlib
 
     from latentlens.sweep import SweepSpec
 
-    sweep = SCRIPT.parent / "sweeps" / "fuzzy-logic-a1.yaml"
+    module = importlib.import_module(f"reproduction.{section.replace('-', '_')}_section")
+    sweep = SCRIPT.parent / "sweeps" / f"{section}.yaml"
     cells = {cell.name: cell.config for cell in SweepSpec.read(sweep).cells()}
-    planned = {spec.path.name: spec.config for spec in a1.plan("gpu", 3, tmp_path)}
+    planned = {spec.path.name: spec.config for spec in module.plan("gpu", 3, tmp_path)}
     assert sorted(cells) == sorted(planned) and len(cells) == 9
     for name, config in planned.items():
-        assert cells[name] == {**config, "train": {**config["train"], "threads": 1}}, name
-
-
-def test_the_one_head_sweep_spec_holds_the_one_head_sections_runs(reproduce, tmp_path) -> None:
-    # benchmarks/reproduction/sweeps/fuzzy-logic-a1-one-head.yaml: Fig. 5C's runs, the same
-    # configs as the fuzzy-logic-a1-one-head section's, one head where Table A1's have eight
-    from reproduction import fuzzy_logic_a1_one_head_section as one_head
-
-    from latentlens.sweep import SweepSpec
-
-    sweep = SCRIPT.parent / "sweeps" / "fuzzy-logic-a1-one-head.yaml"
-    cells = {cell.name: cell.config for cell in SweepSpec.read(sweep).cells()}
-    planned = {spec.path.name: spec.config for spec in one_head.plan("gpu", 3, tmp_path)}
-    assert sorted(cells) == sorted(planned) and len(cells) == 9
-    for name, config in planned.items():
-        assert config["model"]["n_heads"] == 1
+        assert config["model"]["n_heads"] == heads
         assert cells[name] == {**config, "train": {**config["train"], "threads": 1}}, name
 
 
