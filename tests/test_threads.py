@@ -17,6 +17,7 @@ import torch
 
 from latentlens import threads
 from latentlens.cli import main
+from latentlens.training.step_setup import cpp_compiler
 
 
 @pytest.fixture(autouse=True)
@@ -133,26 +134,35 @@ def test_the_same_command_gives_the_same_metrics_idle_and_beside_busy_neighbours
 
 
 @pytest.mark.parametrize(
-    ("task", "attention"),
+    ("task", "attention", "path"),
     [
-        ("fuzzy-logic", "softmax"),
-        ("fuzzy-logic", "linear"),
-        ("fuzzy-logic", "hyla"),
-        ("sraven", "softmax"),
-        ("sraven", "hyla"),
+        ("fuzzy-logic", "softmax", "eager"),
+        ("fuzzy-logic", "linear", "eager"),
+        ("fuzzy-logic", "hyla", "eager"),
+        ("sraven", "softmax", "eager"),
+        ("sraven", "hyla", "eager"),
+        ("fuzzy-logic", "hyla", "fused"),
+        ("fuzzy-logic", "softmax", "fused-compile"),
+        ("sraven", "linear", "fused-compile"),
     ],  # fmt: skip
 )
 def test_one_and_two_threads_train_the_same_numbers(
-    tmp_path: Path, task: str, attention: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, task: str, attention: str, path: str
 ) -> None:
-    """The seeded command on 1 and on 2 threads: every evaluation equal to the last digit
-    (PyTorch's own layer-norm and softmax backward and the gather of relative positions
-    once made them differ in the 7th)."""
+    """The seeded command on 1 and on 2 threads: every evaluation equal to the last digit,
+    eager and on the fused kernels, compiled or not (PyTorch's own layer-norm and softmax
+    backward and the gather of relative positions once made eager differ in the 7th; the
+    kernels' sums cut by thread, and inductor's bias sums, the fused paths)."""
+    if path != "eager" and cpp_compiler() is None:
+        pytest.skip("the fused paths need a C compiler")
+    monkeypatch.setenv("LATENTLENS_PATH", path)
     flags = ["train", "--task", task, "--attention", attention, "--steps", "12",
              "--eval-every", "4", "--eval-examples", "128", "--warmup-steps", "4",
              "--device", "cpu", "--quiet"]  # fmt: skip
     for count in (1, 2):
         assert main(["--threads", str(count), *flags, "--run-dir", str(tmp_path / str(count))]) == 0
+    configs = [json.loads((tmp_path / str(c) / "config.json").read_text()) for c in (1, 2)]
+    assert [c["train"]["path"] for c in configs] == [path, path]
     one, two = ((tmp_path / str(c) / "metrics.jsonl").read_text() for c in (1, 2))
     assert one == two and one.count("\n") >= 4 * 2
 

@@ -2,7 +2,10 @@
 attention core (:mod:`~latentlens.kernels.attention_core`), the tanh GELU
 (:mod:`~latentlens.kernels.gelu_tanh`), the residual stream's adds and layer norms
 (:mod:`~latentlens.kernels.layer_norm`), an MLP a block of rows at a time
-(:mod:`~latentlens.kernels.mlp`) and AdamW's step (:mod:`~latentlens.kernels.adamw`).
+(:mod:`~latentlens.kernels.mlp`), a bias add (:mod:`~latentlens.kernels.bias_add`) and
+AdamW's step (:mod:`~latentlens.kernels.adamw`). Their sums over rows are cut into a fixed
+number of slices, not one per thread (:data:`~latentlens.kernels.build.SLICES`): the same
+numbers on any thread count.
 
 The package knows tensors, not model classes: the models switch themselves to it
 (:func:`latentlens.models.use_fused_kernels`, training's ``--fused``).

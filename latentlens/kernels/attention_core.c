@@ -24,8 +24,11 @@
    norm: 0 softmax over keys, 1 rms across heads (HYLA's), 2 none (linear attention).
    vnet: 0 linear (z[i,h] = sum_k a[h,i,k] v[k,h]), 1 relu mlp, 2 identity mlp
    (u[i,k] = sum_h a[h,i,k] v[k,h]; z[i,h] = sum_k a[h,i,k] phi(u[i,k])).
-   The batch is cut into `threads` slices, one an OpenMP thread (the runtime PyTorch has
-   loaded, so its threads are PyTorch's); dbias holds one [H, Q, KP] sum per slice. */
+   Forward, the batch is cut into `threads` slices, one an OpenMP thread (the runtime
+   PyTorch has loaded, so its threads are PyTorch's). Backward, it is cut into `slices`
+   slices, a number the caller fixes whatever the thread count, which the threads share;
+   dbias holds one [H, Q, KP] sum per slice, added into the first in slice order, so
+   that sum is the same on any thread count. */
 
 #include <math.h>
 #include <stdlib.h>
@@ -388,15 +391,22 @@ void attention_forward(const Spec *p, int threads, const float *q, const float *
     }
 }
 
-void attention_backward(const Spec *p, int threads, const float *q, const float *k,
-                        const float *v, const float *bias, const float *drop, const float *rows,
-                        const float *dz, float *dq, float *dk, float *dv, float *dbias) {
-#pragma omp parallel num_threads(threads)
-    {
-        const int part = omp_get_thread_num(), parts = omp_get_num_threads();
+void attention_backward(const Spec *p, int threads, int slices, const float *q,
+                        const float *k, const float *v, const float *bias, const float *drop,
+                        const float *rows, const float *dz, float *dq, float *dk, float *dv,
+                        float *dbias) {
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int part = 0; part < slices; part++) {
         float *own = dbias ? dbias + (size_t)part * p->H * p->Q * p->KP : NULL;
-        const int b0 = p->B * part / parts, b1 = p->B * (part + 1) / parts;
+        const int b0 = p->B * part / slices, b1 = p->B * (part + 1) / slices;
         SPECIALISED(backward_slice, p, b0, b1, q, k, v, bias, drop, rows, dz, dq, dk, dv, own);
+    }
+    if (!dbias) return;
+    const size_t size = (size_t)p->H * p->Q * p->KP; /* the slices' sums into the first */
+    for (int part = 1; part < slices; part++) {
+        const float *theirs = dbias + part * size;
+#pragma omp simd
+        for (size_t i = 0; i < size; i++) dbias[i] += theirs[i];
     }
 }
 

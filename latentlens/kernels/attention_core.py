@@ -27,7 +27,7 @@ from functools import cache
 
 import torch
 
-from latentlens.kernels.build import load, threads
+from latentlens.kernels.build import load, slices, threads
 
 NORMALIZATIONS = {"softmax": 0, "rms_head": 1, "none": 2}
 VALUE_NETWORKS = {None: 0, "relu": 1, "identity": 2}  # the mlp one's activation; None: linear
@@ -69,7 +69,9 @@ def library(fixed: tuple[tuple[str, int], ...] = ()) -> ctypes.CDLL:
     lib = load("attention_core", fixed)
     pointer = ctypes.c_void_p
     lib.attention_forward.argtypes = [ctypes.POINTER(Spec), ctypes.c_int] + [pointer] * 7
-    lib.attention_backward.argtypes = [ctypes.POINTER(Spec), ctypes.c_int] + [pointer] * 11
+    lib.attention_backward.argtypes = [ctypes.POINTER(Spec), ctypes.c_int, ctypes.c_int] + [
+        pointer
+    ] * 11
     lib.threads_used.argtypes = [ctypes.c_int]
     return lib
 
@@ -147,16 +149,16 @@ def core_backward(spec: Spec, saved, dz, dq, dk, dv, bias_grad: bool) -> torch.T
     """Writes the gradients into dq, dk and dv (laid out as q, k and v); the bias's
     gradient, where ``bias_grad``. dz is read where it lies, with any strides."""
     q, k, v, bias, drop, rows = saved
-    count = threads()
-    dbias = None  # one [head, query, padded key] sum per thread's slice of the batch
+    count = slices(spec.B)
+    dbias = None  # one [head, query, padded key] sum per slice of the batch
     if bias is not None and bias_grad:
         dbias = bias.new_zeros(count, *bias.shape)
     spec = Spec.from_buffer_copy(spec)  # dz read where it lies, with its strides
     for name, stride in zip(DZ_STRIDES, dz.stride(), strict=True):
         setattr(spec, name, stride)
     pointers = [address(t) for t in (q, k, v, bias, drop, rows, dz, dq, dk, dv, dbias)]
-    kernels_for(spec).attention_backward(ctypes.byref(spec), count, *pointers)
-    return None if dbias is None else dbias.sum(0)
+    kernels_for(spec).attention_backward(ctypes.byref(spec), threads(), count, *pointers)
+    return None if dbias is None else dbias[0]  # the kernel added the slices into it
 
 
 class FusedAttentionCore(torch.autograd.Function):

@@ -158,6 +158,18 @@ def threads() -> int:
     return torch.get_num_threads()
 
 
+# A kernel's sum over rows (or batch elements, or blocks of rows) is cut into this many
+# slices whatever the thread count: each slice is summed in order, the threads share the
+# slices and the slices' sums are added in slice order, so one thread and sixteen compute
+# the same bits and a fused run may follow the machine's load.
+SLICES = 16
+
+
+def slices(units: int, most: int = SLICES) -> int:
+    """How many slices a sum over ``units`` rows is cut into: ``most``, or fewer rows."""
+    return max(1, min(units, most))
+
+
 def operators(name: str, forward: Callable, backward: Callable) -> tuple[Callable, Callable]:
     """A kernel's forward and backward Python functions (typed: the schema is inferred
     from their annotations) as the operators ``latentlens::{name}`` and

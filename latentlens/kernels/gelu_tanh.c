@@ -20,8 +20,9 @@ void gelu_tanh_backward(int threads, size_t n, const float *restrict x,
 }
 
 /* The same after a bias add, over rows of c floats: y = gelu(h + b) with b [c], and
-   backward dh = dy gelu'(h + b) with db = the column sums of dh (each thread sums its
-   block of rows, the blocks added in thread order). */
+   backward dh = dy gelu'(h + b) with db = the column sums of dh (the rows cut into
+   `slices` blocks whatever the thread count, each summed in row order, the blocks added
+   in block order: the same numbers on any thread count). */
 void bias_gelu_tanh_forward(int threads, size_t n, size_t c, const float *restrict h,
                             const float *restrict b, float *restrict y) {
 #pragma omp parallel for num_threads(threads) schedule(static)
@@ -31,17 +32,16 @@ void bias_gelu_tanh_forward(int threads, size_t n, size_t c, const float *restri
     }
 }
 
-void bias_gelu_tanh_backward(int threads, size_t n, size_t c, const float *restrict h,
-                             const float *restrict b, const float *restrict dy,
-                             float *restrict dh, float *restrict db,
+void bias_gelu_tanh_backward(int threads, int slices, size_t n, size_t c,
+                             const float *restrict h, const float *restrict b,
+                             const float *restrict dy, float *restrict dh, float *restrict db,
                              float *restrict partial) {
-    /* partial: threads x c zeros, each thread's sums of db */
-    if ((size_t)threads > n) threads = n ? (int)n : 1;
-#pragma omp parallel num_threads(threads)
-    {
-        const int part = omp_get_thread_num(), parts = omp_get_num_threads();
-        const size_t begin = n * (size_t)part / (size_t)parts;
-        const size_t end = n * (size_t)(part + 1) / (size_t)parts;
+    /* partial: slices x c zeros, each block's sums of db */
+    if ((size_t)slices > n) slices = n ? (int)n : 1;
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int part = 0; part < slices; part++) {
+        const size_t begin = n * (size_t)part / (size_t)slices;
+        const size_t end = n * (size_t)(part + 1) / (size_t)slices;
         float *mine = partial + (size_t)part * c;
         for (size_t row = begin; row < end; row++) {
 #pragma omp simd
@@ -54,7 +54,7 @@ void bias_gelu_tanh_backward(int threads, size_t n, size_t c, const float *restr
     }
     for (size_t j = 0; j < c; j++) {
         float total = 0.f;
-        for (int part = 0; part < threads; part++) total += partial[(size_t)part * c + j];
+        for (int part = 0; part < slices; part++) total += partial[(size_t)part * c + j];
         db[j] = total;
     }
 }

@@ -14,7 +14,7 @@ from functools import cache
 
 import torch
 
-from latentlens.kernels.build import load, operators, threads
+from latentlens.kernels.build import load, operators, slices, threads
 
 
 @cache
@@ -24,7 +24,7 @@ def library() -> ctypes.CDLL:
     lib.gelu_tanh_backward.argtypes = [ctypes.c_int, ctypes.c_size_t] + [ctypes.c_void_p] * 3
     rows = [ctypes.c_int, ctypes.c_size_t, ctypes.c_size_t]
     lib.bias_gelu_tanh_forward.argtypes = rows + [ctypes.c_void_p] * 3
-    lib.bias_gelu_tanh_backward.argtypes = rows + [ctypes.c_void_p] * 6
+    lib.bias_gelu_tanh_backward.argtypes = [ctypes.c_int, *rows] + [ctypes.c_void_p] * 6
     return lib
 
 
@@ -119,10 +119,12 @@ def bias_backward_values(
     """``(dh, dbias)``: the gradient at ``h + bias`` times ``dy``, and its column sums."""
     h, dy, bias = h.contiguous(), dy.contiguous(), bias.contiguous()
     dh, dbias = torch.empty_like(h), h.new_empty(h.shape[-1])
-    columns, count = h.shape[-1], threads()
-    partial = h.new_zeros(count, columns)  # each thread's column sums
+    columns = h.shape[-1]
+    rows = h.numel() // max(columns, 1)
+    count = slices(rows)
+    partial = h.new_zeros(count, columns)  # each slice's column sums
     library().bias_gelu_tanh_backward(
-        count, h.numel() // max(columns, 1), columns, h.data_ptr(), bias.data_ptr(),
+        threads(), count, rows, columns, h.data_ptr(), bias.data_ptr(),
         dy.data_ptr(), dh.data_ptr(), dbias.data_ptr(), partial.data_ptr(),
     )  # fmt: skip
     return dh, dbias

@@ -10,8 +10,10 @@
      dx = dsum + rstd (g - mean(g) - xhat mean(g xhat)),  g = dy weight,
      xhat = (s - mean) rstd,
    which is also delta's gradient, with the column sums dweight = sum dy xhat,
-   dbias = sum dy and ddelta_bias = sum dx. Each thread sums its block of rows, and the
-   blocks are added in thread order: the same numbers on the same thread count.
+   dbias = sum dy and ddelta_bias = sum dx. The rows are cut into `slices` blocks, a
+   number the caller fixes whatever the thread count; each block is summed in row order,
+   the threads share the blocks, and the blocks' sums are added in block order: the same
+   numbers on any thread count.
    The embedding variant takes s = inputs embed^T + embed_bias (inputs [N, K] with few
    columns, embed [C, K]) in place of the sums, computed in the row's pass; backward it
    sums embed's and embed_bias's gradients from the rows' dx, which it does not write
@@ -143,14 +145,14 @@ static inline void row_backward(size_t c, const float *restrict sr, float mu, fl
     }
 }
 
-/* Element `at` of the threads' sums, each thread's block `stride` floats apart. */
-static inline float thread_sum(int threads, size_t stride, const float *partial, size_t at) {
+/* Element `at` of the blocks' sums, each block's `stride` floats apart. */
+static inline float block_sum(int slices, size_t stride, const float *partial, size_t at) {
     float total = 0.f;
-    for (int part = 0; part < threads; part++) total += partial[(size_t)part * stride + at];
+    for (int part = 0; part < slices; part++) total += partial[(size_t)part * stride + at];
     return total;
 }
 
-void add_layer_norm_backward(int threads, size_t n, size_t c, size_t positions,
+void add_layer_norm_backward(int threads, int slices, size_t n, size_t c, size_t positions,
                              size_t keep_from, const float *restrict sum,
                              const float *restrict mean, const float *restrict rstd,
                              const float *restrict weight, const float *restrict dy,
@@ -162,15 +164,14 @@ void add_layer_norm_backward(int threads, size_t n, size_t c, size_t positions,
        a copy of the normed output were also given out at the kept positions, keep_from on
        (dy_kept and dsum_kept: their gradients, [batch, positions - keep_from, c], each may
        be absent). The plain add and norm is the case positions = n, keep_from = 0: every
-       row kept, dsum_kept the sum's whole gradient. partial: threads x 4 x c zeros, each
-       thread's sums of dweight, dbias, ddelta_bias and a row's dy. */
-    if ((size_t)threads > n) threads = n ? (int)n : 1;
+       row kept, dsum_kept the sum's whole gradient. partial: slices x 4 x c zeros, each
+       block's sums of dweight, dbias, ddelta_bias and a row's dy. */
+    if ((size_t)slices > n) slices = n ? (int)n : 1;
     const size_t kept = positions - keep_from;
-#pragma omp parallel num_threads(threads)
-    {
-        const int part = omp_get_thread_num(), parts = omp_get_num_threads();
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int part = 0; part < slices; part++) {
         size_t begin, end;
-        rows_of(n, part, parts, &begin, &end);
+        rows_of(n, part, slices, &begin, &end);
         float *pw = partial + (size_t)part * 4 * c, *pb = pw + c, *pd = pb + c, *dyr = pd + c;
         for (size_t row = begin; row < end; row++) {
             const size_t position = row % positions;
@@ -189,28 +190,27 @@ void add_layer_norm_backward(int threads, size_t n, size_t c, size_t positions,
         }
     }
     for (size_t j = 0; j < c; j++) {
-        dweight[j] = thread_sum(threads, 4 * c, partial, j);
-        dbias[j] = thread_sum(threads, 4 * c, partial, c + j);
-        if (ddelta_bias) ddelta_bias[j] = thread_sum(threads, 4 * c, partial, 2 * c + j);
+        dweight[j] = block_sum(slices, 4 * c, partial, j);
+        dbias[j] = block_sum(slices, 4 * c, partial, c + j);
+        if (ddelta_bias) ddelta_bias[j] = block_sum(slices, 4 * c, partial, 2 * c + j);
     }
 }
 
-void embed_layer_norm_backward(int threads, size_t n, size_t c, size_t k,
+void embed_layer_norm_backward(int threads, int slices, size_t n, size_t c, size_t k,
                                const float *restrict inputs, const float *restrict sum,
                                const float *restrict mean, const float *restrict rstd,
                                const float *restrict weight, const float *restrict dy,
                                const float *restrict dsum, float *restrict dweight,
                                float *restrict dbias, float *restrict dembed,
                                float *restrict dembed_bias, float *restrict partial) {
-    /* partial: threads x (4 + K) x c zeros, each thread's sums of dweight, dbias,
+    /* partial: slices x (4 + K) x c zeros, each block's sums of dweight, dbias,
        dembed_bias, a row's dx, then dembed transposed ([K, C]); dembed is [C, K] */
-    if ((size_t)threads > n) threads = n ? (int)n : 1;
+    if ((size_t)slices > n) slices = n ? (int)n : 1;
     const size_t stride = (4 + k) * c;
-#pragma omp parallel num_threads(threads)
-    {
-        const int part = omp_get_thread_num(), parts = omp_get_num_threads();
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int part = 0; part < slices; part++) {
         size_t begin, end;
-        rows_of(n, part, parts, &begin, &end);
+        rows_of(n, part, slices, &begin, &end);
         float *pw = partial + (size_t)part * stride, *pb = pw + c, *pd = pb + c;
         float *dxr = pd + c, *pe = dxr + c;
         for (size_t row = begin; row < end; row++) {
@@ -226,10 +226,10 @@ void embed_layer_norm_backward(int threads, size_t n, size_t c, size_t k,
         }
     }
     for (size_t j = 0; j < c; j++) {
-        dweight[j] = thread_sum(threads, stride, partial, j);
-        dbias[j] = thread_sum(threads, stride, partial, c + j);
-        dembed_bias[j] = thread_sum(threads, stride, partial, 2 * c + j);
+        dweight[j] = block_sum(slices, stride, partial, j);
+        dbias[j] = block_sum(slices, stride, partial, c + j);
+        dembed_bias[j] = block_sum(slices, stride, partial, 2 * c + j);
         for (size_t col = 0; col < k; col++)
-            dembed[j * k + col] = thread_sum(threads, stride, partial, (4 + col) * c + j);
+            dembed[j * k + col] = block_sum(slices, stride, partial, (4 + col) * c + j);
     }
 }

@@ -21,7 +21,7 @@ from functools import cache
 import torch
 
 from latentlens.kernels.attention_core import address
-from latentlens.kernels.build import load, operators, threads
+from latentlens.kernels.build import load, operators, slices, threads
 
 # A compiled step takes the kernels for a stream of at least this many numbers (batch x
 # positions x d_model); below, inductor's own fused kernels cost less than the operators'
@@ -46,11 +46,11 @@ def library() -> ctypes.CDLL:
     lib.add_layer_norm_forward.argtypes = (
         [ctypes.c_int, size, size] + [pointer] * 5 + [ctypes.c_float] + [pointer] * 4
     )
-    lib.add_layer_norm_backward.argtypes = [ctypes.c_int] + [size] * 4 + [pointer] * 12
+    lib.add_layer_norm_backward.argtypes = [ctypes.c_int] * 2 + [size] * 4 + [pointer] * 12
     lib.embed_layer_norm_forward.argtypes = (
         [ctypes.c_int, size, size, size] + [pointer] * 5 + [ctypes.c_float] + [pointer] * 4
     )
-    lib.embed_layer_norm_backward.argtypes = [ctypes.c_int, size, size, size] + [pointer] * 12
+    lib.embed_layer_norm_backward.argtypes = [ctypes.c_int] * 2 + [size] * 3 + [pointer] * 12
     return lib
 
 
@@ -119,10 +119,10 @@ def norm_backward(
     rows = total.numel() // max(columns, 1)
     dx = torch.empty_like(total)
     dweight, dbias, ddelta_bias = (total.new_empty(columns) for _ in range(3))
-    count = threads()
-    partial = total.new_zeros(count, 4, columns)  # each thread's column sums and a row
+    count = slices(rows)
+    partial = total.new_zeros(count, 4, columns)  # each slice's column sums and a row
     library().add_layer_norm_backward(
-        count, rows, columns, positions, keep_from, total.data_ptr(), mean.data_ptr(),
+        threads(), count, rows, columns, positions, keep_from, total.data_ptr(), mean.data_ptr(),
         rstd.data_ptr(), weight.data_ptr(), d_normed.data_ptr(), address(d_kept_normed),
         address(d_kept_total), dx.data_ptr(), dweight.data_ptr(), dbias.data_ptr(),
         ddelta_bias.data_ptr(), partial.data_ptr(),
@@ -216,11 +216,11 @@ def embed_backward_values(
     rows = total.numel() // max(columns, 1)
     d_embed_weight = total.new_empty(columns, width)
     d_embed_bias, dweight, dbias = (total.new_empty(columns) for _ in range(3))
-    count = threads()
-    partial = total.new_zeros(count, 4 + width, columns)  # each thread's sums and a row
+    count = slices(rows)
+    partial = total.new_zeros(count, 4 + width, columns)  # each slice's sums and a row
     library().embed_layer_norm_backward(
-        count, rows, columns, width, inputs.data_ptr(), total.data_ptr(), mean.data_ptr(),
-        rstd.data_ptr(), weight.data_ptr(), d_normed.data_ptr(), address(d_total),
+        threads(), count, rows, columns, width, inputs.data_ptr(), total.data_ptr(),
+        mean.data_ptr(), rstd.data_ptr(), weight.data_ptr(), d_normed.data_ptr(), address(d_total),
         dweight.data_ptr(), dbias.data_ptr(), d_embed_weight.data_ptr(),
         d_embed_bias.data_ptr(), partial.data_ptr(),
     )  # fmt: skip

@@ -68,9 +68,8 @@ void mlp_forward(int threads, int N, int D, int F, int R, const float *restrict 
         forward_block(block, N, D, F, R, x, w_in, b_in, w_out, h, y, out);
 }
 
-/* One thread's share of mlp_backward: blocks [begin, end) of the rows, its hidden
-   gradients in dh [R, F] and its weights' gradients summed into my_dw_in, my_dw_out and
-   my_db. */
+/* Blocks [begin, end) of mlp_backward's rows, their hidden gradients in dh [R, F] and
+   their weights' gradients summed in block order into my_dw_in, my_dw_out and my_db. */
 static void backward_part(int begin, int end, int N, int D, int F, int R,
                           const float *restrict x, const float *restrict w_in,
                           const float *restrict b_in, const float *restrict w_out,
@@ -98,19 +97,42 @@ static void backward_part(int begin, int end, int N, int D, int F, int R,
     }
 }
 
+/* Run `part` of `slices` runs of mlp_backward's blocks, its hidden gradients in dh: the
+   first run sums into dw_in, db_in and dw_out, each other one into its own place in
+   `sums` ([F D dw_in, D F dw_out, F db_in] per run after the first). */
+static void backward_run(int part, int slices, int blocks, int N, int D, int F, int R,
+                         const float *restrict x, const float *restrict w_in,
+                         const float *restrict b_in, const float *restrict w_out,
+                         const float *restrict h, const float *restrict y,
+                         const float *restrict dout, float *restrict dx, float *restrict dh,
+                         float *restrict dw_in, float *restrict db_in, float *restrict dw_out,
+                         float *restrict sums) {
+    if (part) {
+        const size_t weights = (size_t)F * D + (size_t)D * F + F;
+        dw_in = sums + (size_t)(part - 1) * weights;
+        dw_out = dw_in + (size_t)F * D;
+        db_in = dw_out + (size_t)D * F;
+    }
+    backward_part(blocks * part / slices, blocks * (part + 1) / slices, N, D, F, R, x, w_in,
+                  b_in, w_out, h, y, dout, dx, dh, dw_in, db_in, dw_out);
+}
+
 /* dout [N, D] -> dx [N, D], dw_in [F, D], db_in [F], dw_out [D, F].
-   work: threads x (R F + (F D + D F + F)) floats: each thread's block of hidden
-   gradients and, for threads after the first, its sums of the weights' gradients, added
-   to the first thread's in thread order. One thread opens no parallel region: inside a
-   region of one thread (an inactive one) MKL's own parallel region was a nested one,
-   whose fresh threads competed with PyTorch's spinning pool (the last block's 128-row
-   backward took 11.8 ms in a fused step instead of 1.6). */
-void mlp_backward(int threads, int N, int D, int F, int R, const float *restrict x,
-                  const float *restrict w_in, const float *restrict b_in,
-                  const float *restrict w_out, const float *restrict h,
-                  const float *restrict y, const float *restrict dout, float *restrict dx,
-                  float *restrict dw_in, float *restrict db_in, float *restrict dw_out,
-                  float *restrict work) {
+   The blocks are cut into `slices` runs of consecutive blocks, a number the caller fixes
+   whatever the thread count; each run sums its weights' gradients in block order, the
+   threads share the runs, and the runs' sums are added in run order: the same numbers on
+   any thread count. work: min(threads, slices) x R F floats (each thread's block of
+   hidden gradients), then (slices - 1) x (F D + D F + F) floats (the sums of each run
+   after the first, which sums into dw_in, dw_out and db_in). One thread opens no
+   parallel region: inside a region of one thread (an inactive one) MKL's own parallel
+   region was a nested one, whose fresh threads competed with PyTorch's spinning pool
+   (the last block's 128-row backward took 11.8 ms in a fused step instead of 1.6). */
+void mlp_backward(int threads, int slices, int N, int D, int F, int R,
+                  const float *restrict x, const float *restrict w_in,
+                  const float *restrict b_in, const float *restrict w_out,
+                  const float *restrict h, const float *restrict y,
+                  const float *restrict dout, float *restrict dx, float *restrict dw_in,
+                  float *restrict db_in, float *restrict dw_out, float *restrict work) {
     const int blocks = blocks_of(N, R);
     if (!blocks) { /* no rows: zero gradients */
         memset(dw_in, 0, sizeof(float) * F * D);
@@ -118,29 +140,24 @@ void mlp_backward(int threads, int N, int D, int F, int R, const float *restrict
         memset(db_in, 0, sizeof(float) * F);
         return;
     }
-    if (threads > blocks) threads = blocks;
-    if (threads == 1) {
-        backward_part(0, blocks, N, D, F, R, x, w_in, b_in, w_out, h, y, dout, dx, work,
-                      dw_in, db_in, dw_out);
-        return;
-    }
+    if (slices > blocks) slices = blocks;
+    if (slices < 1) slices = 1;
+    if (threads > slices) threads = slices;
     const size_t weights = (size_t)F * D + (size_t)D * F + F;
-    const size_t share = (size_t)R * F + weights;
-#pragma omp parallel num_threads(threads)
-    {
-        const int part = omp_get_thread_num(), parts = omp_get_num_threads();
-        float *dh = work + (size_t)part * share;
-        float *my_dw_in = dw_in, *my_dw_out = dw_out, *my_db = db_in;
-        if (part) {
-            my_dw_in = dh + (size_t)R * F;
-            my_dw_out = my_dw_in + (size_t)F * D;
-            my_db = my_dw_out + (size_t)D * F;
-        }
-        backward_part(blocks * part / parts, blocks * (part + 1) / parts, N, D, F, R, x,
-                      w_in, b_in, w_out, h, y, dout, dx, dh, my_dw_in, my_db, my_dw_out);
+    float *sums = work + (size_t)(threads < 1 ? 1 : threads) * R * F;
+    if (threads <= 1) {
+        for (int part = 0; part < slices; part++)
+            backward_run(part, slices, blocks, N, D, F, R, x, w_in, b_in, w_out, h, y, dout,
+                         dx, work, dw_in, db_in, dw_out, sums);
+    } else {
+#pragma omp parallel for num_threads(threads) schedule(static)
+        for (int part = 0; part < slices; part++)
+            backward_run(part, slices, blocks, N, D, F, R, x, w_in, b_in, w_out, h, y, dout,
+                         dx, work + (size_t)omp_get_thread_num() * R * F, dw_in, db_in,
+                         dw_out, sums);
     }
-    for (int part = 1; part < threads; part++) {
-        const float *theirs = work + (size_t)part * share + (size_t)R * F;
+    for (int part = 1; part < slices; part++) {
+        const float *theirs = sums + (size_t)(part - 1) * weights;
         for (size_t i = 0; i < (size_t)F * D; i++) dw_in[i] += theirs[i];
         for (size_t i = 0; i < (size_t)D * F; i++) dw_out[i] += theirs[(size_t)F * D + i];
         for (int j = 0; j < F; j++) db_in[j] += theirs[2 * (size_t)F * D + j];

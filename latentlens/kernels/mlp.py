@@ -20,11 +20,16 @@ from pathlib import Path
 
 import torch
 
-from latentlens.kernels.build import load, operators, threads
+from latentlens.kernels.build import load, operators, slices, threads
 
 # Rows per block: each [rows, d_mlp] block of activations and gradients about a quarter
 # megabyte, so that a few of them fit a core's L2 cache with the weights.
 BLOCK_FLOATS = 65536
+# The backward pass's blocks are cut into at most this many runs whatever the thread
+# count (each run's weight gradients summed apart, the runs' sums added in order): the
+# same numbers on any thread count, at most this many threads in the backward pass, and
+# (runs - 1) extra copies of the weights' gradients to add up.
+BACKWARD_RUNS = 4
 
 
 @cache
@@ -47,7 +52,7 @@ def library() -> ctypes.CDLL:
     lib = load("mlp")
     sizes = [ctypes.c_int] * 5  # threads, N, D, F, R
     lib.mlp_forward.argtypes = sizes + [ctypes.c_void_p] * 7
-    lib.mlp_backward.argtypes = sizes + [ctypes.c_void_p] * 12
+    lib.mlp_backward.argtypes = [ctypes.c_int, *sizes] + [ctypes.c_void_p] * 12
     lib.mlp_set_sgemm.argtypes = [ctypes.c_void_p]
     lib.mlp_set_sgemm(sgemm_address())
     return lib
@@ -105,12 +110,15 @@ def backward_values(
     times ``dout``, from its saved ``h`` and ``y``."""
     x, w_in, b_in, w_out, h, y, dout = (t.contiguous() for t in (x, w_in, b_in, w_out, h, y, dout))
     d_mlp, d_model = w_in.shape
-    rows, block, count = x.numel() // max(d_model, 1), block_rows(d_mlp), threads()
+    rows, block = x.numel() // max(d_model, 1), block_rows(d_mlp)
+    runs = slices(-(-rows // block), BACKWARD_RUNS)
+    count = min(threads(), runs)  # the threads the kernel uses
     dx = torch.empty_like(x)
     dw_in, db_in, dw_out = torch.empty_like(w_in), torch.empty_like(b_in), torch.empty_like(w_out)
-    work = x.new_empty(count * (block * d_mlp + 2 * d_mlp * d_model + d_mlp))
+    # each thread's block of hidden gradients, then each run's after the first's sums
+    work = x.new_empty(count * block * d_mlp + (runs - 1) * (2 * d_mlp * d_model + d_mlp))
     library().mlp_backward(
-        count, rows, d_model, d_mlp, block, x.data_ptr(), w_in.data_ptr(), b_in.data_ptr(),
+        count, runs, rows, d_model, d_mlp, block, x.data_ptr(), w_in.data_ptr(), b_in.data_ptr(),
         w_out.data_ptr(), h.data_ptr(), y.data_ptr(), dout.data_ptr(), dx.data_ptr(),
         dw_in.data_ptr(), db_in.data_ptr(), dw_out.data_ptr(), work.data_ptr(),
     )  # fmt: skip

@@ -38,6 +38,7 @@ from latentlens.kernels.attention_core import (
     fused_self_attention_core,
     supports,
 )
+from latentlens.kernels.bias_add import fused_bias_add
 from latentlens.models.config import AttentionConfig
 from latentlens.models.hooked import HookPoint, any_hooked
 from latentlens.models.init import embedding_normal_, lecun_normal_
@@ -235,7 +236,7 @@ class Attention(nn.Module):
         """The fused core's z ``[batch, query_pos, head, d_head_v]`` of self-attention on
         ``x``, reading q, k and v in place in their joint projection."""
         weights, biases = [self.W_Q, self.W_K, self.W_V], [self.b_Q, self.b_K, self.b_V]
-        packed = self._joint_projection(x, weights, biases)
+        packed = self._joint_projection(x, weights, biases, fused=True)
         q_len, k_len = x.shape[1] - query_start, x.shape[1]
         bias, drop = self._fused_core_extras(q_len, k_len, x, query_start)
         widths = (self.W_Q.shape[-1], self.W_K.shape[-1])
@@ -248,8 +249,9 @@ class Attention(nn.Module):
         """The fused core's z ``[batch, query_pos, head, d_head_v]`` of queries ``x``
         attending to ``kv``: q projected at the queries alone, k and v read in place in
         their joint projection."""
-        q = self._queries(x)
-        packed = self._joint_projection(kv, [self.W_K, self.W_V], [self.b_K, self.b_V])
+        q = self._queries(x, fused=True)
+        weights, biases = [self.W_K, self.W_V], [self.b_K, self.b_V]
+        packed = self._joint_projection(kv, weights, biases, fused=True)
         bias, drop = self._fused_core_extras(x.shape[1], kv.shape[1], x, query_start)
         options = self._fused_core_options(query_start)
         return fused_query_attention_core(q, packed, self.W_K.shape[-1], bias, drop, **options)
@@ -284,26 +286,37 @@ class Attention(nn.Module):
         weights, biases = [self.W_K, self.W_V], [self.b_K, self.b_V]
         if kv is x:
             weights, biases = [self.W_Q, *weights], [self.b_Q, *biases]
-        fused = self._joint_projection(kv, weights, biases)
-        parts = fused.split([w.shape[-1] for w in weights], -1)
+        fused = self.fused and kernels_apply(kv, compiles=True)  # as the packed path sums
+        joint = self._joint_projection(kv, weights, biases, fused)
+        parts = joint.split([w.shape[-1] for w in weights], -1)
         if kv is x:
             q, k, v = parts[0][:, query_start:], parts[1], parts[2]
             return q.contiguous(), k.contiguous(), v.contiguous()
         parts = [t.contiguous() for t in parts]
-        return self._queries(x), parts[0], parts[1]
+        return self._queries(x, fused), parts[0], parts[1]
 
-    def _queries(self, x: torch.Tensor) -> torch.Tensor:
+    def _queries(self, x: torch.Tensor, fused: bool = False) -> torch.Tensor:
         """q ``[batch, query_pos, head, d_head]`` of the queries' stream ``x`` alone (where
-        the keys and values come from another stream)."""
-        return torch.einsum("bpm,hmd->bphd", x, self.W_Q) + self.b_Q
+        the keys and values come from another stream); ``fused``: as
+        :meth:`_joint_projection`'s."""
+        add = fused_bias_add if fused else torch.add
+        return add(torch.einsum("bpm,hmd->bphd", x, self.W_Q), self.b_Q)
 
     @staticmethod
     def _joint_projection(
-        stream: torch.Tensor, weights: list[torch.Tensor], biases: list[torch.Tensor]
+        stream: torch.Tensor,
+        weights: list[torch.Tensor],
+        biases: list[torch.Tensor],
+        fused: bool = False,
     ) -> torch.Tensor:
         """``stream`` ``[batch, pos, d]`` through several projections at once: ``[batch,
-        pos, head, sum of their widths]``, each head's outputs side by side."""
-        return torch.einsum("bpm,hmd->bphd", stream, torch.cat(weights, -1)) + torch.cat(biases, -1)
+        pos, head, sum of their widths]``, each head's outputs side by side. ``fused`` (the
+        fused kernels' path): the biases' gradients summed in fixed slices
+        (:func:`~latentlens.kernels.bias_add.fused_bias_add`), the same on any thread
+        count."""
+        add = fused_bias_add if fused else torch.add
+        projected = torch.einsum("bpm,hmd->bphd", stream, torch.cat(weights, -1))
+        return add(projected, torch.cat(biases, -1))
 
     def _mask(
         self,

@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from latentlens.kernels import kernels_apply
+from latentlens.kernels.bias_add import fused_bias_add
 from latentlens.kernels.gelu_tanh import fused_bias_gelu_tanh, fused_gelu_tanh
 from latentlens.kernels.layer_norm import (
     COMPILED_FROM,
@@ -252,7 +253,9 @@ class DecoderTransformer(HookedModel):
                                   unbiased=True)  # fmt: skip
             resid, normed = fused_add_layer_norm(resid, attn_out, block.attn.b_O, block.ln2)
             stream = (resid, block.mlp.unbiased(normed), block.mlp.fc_out.bias)
-        return self.unembed(fused_add_layer_norm(*stream, self.ln_final)[1])
+        normed = fused_add_layer_norm(*stream, self.ln_final)[1]
+        # the bias's gradient summed in fixed slices, the same on any thread count
+        return fused_bias_add(F.linear(normed, self.unembed.weight), self.unembed.bias)
 
     def _check_inputs(self, inputs: torch.Tensor) -> torch.Tensor:
         cfg = self.cfg

@@ -5,24 +5,25 @@ kernels (``fused``, ``fused-compile``) or, on CUDA, compiled and captured in a C
 (``compile-graphs``; ``graphs`` uncompiled, taken only by ``--cuda-graphs`` alone). Each
 computes the same step to float rounding (the tests hold each to the eager step), but
 which is fastest depends on the machine and the model's shapes: on a 2-core AVX-512 EPYC
-the fused kernels are slower than eager PyTorch, on a 2-core AVX2 machine they were
-faster; on a GPU eager PyTorch is 3x slower than the official code and compiled and
-graphed 4-6x faster.
+the fused kernels with compile ran 1.4-1.9x eager, compile alone 0.9-1.3x; on a GPU eager
+PyTorch is 3x slower than the official code and compiled and graphed 4-6x faster.
 
 :func:`choose_path` times a few steps of each path that can run here (:func:`calibrate`),
 adds what compiling costs, and picks the path that finishes the run's remaining steps
-first; eager unless another is at least :data:`MARGIN` times as fast per step. Paths are
-not timed on a CPU that other work keeps busy (they would rank as the neighbours allow):
-such a run is eager and measures nothing. On the CPU
-that margin is wide (1.5x), because only the eager step may follow the machine's load
-(:mod:`latentlens.training.thread_choice`): a compiled or fused step is computed on the
-thread count it was started with, and beside one busy neighbour on 2 cores a fused HYLA
-run on 2 threads took 238 s for 1,000 steps where the eager run, down to 1 thread, took
-42 s (docs/benchmarks.md). On CUDA the CPU's load barely matters (1.05x). Runs shorter
-than :data:`CALIBRATE_FROM` steps are not calibrated: they run eagerly, as compiling would
-not repay itself. The measurement is cached per machine and model shape
-(``~/.cache/latentlens/fast_paths.json``, or ``$LATENTLENS_CACHE``), and the chosen path
-is recorded in the run's config (``train.path``), so that a resume computes the same way.
+first; eager unless another is at least its :func:`margin` times as fast per step. Paths
+are not timed on a CPU that other work keeps busy (they would rank as the neighbours
+allow): such a run is eager and measures nothing. On the CPU the margin is small (1.05x)
+for the paths that compute the same numbers on any thread count and so may follow the
+machine's load as eager does (:data:`LOAD_FOLLOWING`: the fused kernels sum in fixed
+slices; :mod:`latentlens.training.thread_choice` checks each run), and wide (1.5x) for
+``compile``, whose inductor sums split by thread: such a run keeps the thread count it
+started with, and beside one busy neighbour on 2 cores a run kept on 2 threads took 238 s
+for 1,000 steps where one down to 1 thread took 42 s (docs/benchmarks.md). On CUDA the
+CPU's load barely matters (1.05x). Runs shorter than :data:`CALIBRATE_FROM` steps are not
+calibrated: they run eagerly, as compiling would not repay itself. The measurement is
+cached per machine and model shape (``~/.cache/latentlens/fast_paths.json``, or
+``$LATENTLENS_CACHE``), and the chosen path is recorded in the run's config
+(``train.path``), so that a resume computes the same way.
 ``$LATENTLENS_PATH`` names a path to take instead of measuring (the test suite sets
 ``eager``).
 """
@@ -57,8 +58,12 @@ OPTIONS = {
 }
 # Below this many steps a run is not calibrated: eager, no compilation to repay.
 CALIBRATE_FROM = 5_000
-# Another path must be this many times as fast as eager to be chosen over it, per device.
+# Another path must be this many times as fast as eager to be chosen over it: per device,
+# and on the CPU per whether the path may follow the load (LOAD_FOLLOWING) or not.
 MARGIN = {"cpu": 1.5, "cuda": 1.05}
+FOLLOWING_MARGIN = 1.05
+# The CPU paths whose numbers are the same on any thread count (checked per run).
+LOAD_FOLLOWING = frozenset({"eager", "fused", "fused-compile"})
 # Steps timed per path after its warm-up (compilation, the allocator's first sizes).
 WARM_UP_STEPS, TIMED_STEPS = 3, 30
 CACHE_VERSION = 1
@@ -237,11 +242,18 @@ def calibrate(paths: list[str], make_step: StepFactory, sync: Callable[[], None]
     return Calibration(rates, start_seconds)
 
 
+def margin(path: str, device: torch.device) -> float:
+    """How many times as fast as eager ``path`` must step on ``device`` to be chosen."""
+    if device.type == "cpu" and path in LOAD_FOLLOWING:
+        return FOLLOWING_MARGIN
+    return MARGIN.get(device.type, MARGIN["cpu"])
+
+
 def pick(found: Calibration, steps: int, device: torch.device) -> Choice:
     """The path of ``found`` that finishes ``steps`` steps first, eager unless another
-    is :data:`MARGIN` times as fast per step on ``device``."""
-    eager, margin = found.rates["eager"], MARGIN.get(device.type, MARGIN["cpu"])
-    fit = [p for p in found.rates if p == "eager" or found.rates[p] >= margin * eager]
+    is its :func:`margin` times as fast per step on ``device``."""
+    eager = found.rates["eager"]
+    fit = [p for p in found.rates if p == "eager" or found.rates[p] >= margin(p, device) * eager]
     best = min(fit, key=lambda p: found.finish_seconds(p, steps))
     rates = ", ".join(f"{p} {found.rates[p]:.0f}" for p in found.rates)
     started = ", ".join(f"{p} {found.start_seconds[p]:.0f} s"

@@ -12,13 +12,16 @@ the BLAS split each reduction over threads), not of the data. So at a new run's 
 clips them) on a copy of the model at each candidate count and keeps the counts whose
 gradients equal one thread's bit for bit. The run records them (``train.thread_counts``),
 and every start (a resume too) computes with the largest of them that the machine's free
-CPUs allow (:func:`start_threads`).
+CPUs allow (:func:`start_threads`). The eager step and the fused kernels' step, compiled
+or not, are checked (the kernels sum in fixed slices whatever the thread count,
+:data:`latentlens.kernels.build.SLICES`); a step compiled without the kernels is not
+(inductor's own sums split by thread).
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -39,7 +42,7 @@ def candidate_counts(cpus: int | None = None) -> tuple[int, ...]:
 
 def step_gradients(
     model: torch.nn.Module,
-    objective_of: type,
+    objective_of: Callable[[torch.nn.Module, Task], torch.nn.Module],
     task: Task,
     batch: Batch,
     grad_clip: float,
@@ -65,7 +68,7 @@ def step_gradients(
 
 def agreeing_thread_counts(
     model: torch.nn.Module,
-    objective_of: type,
+    objective_of: Callable[[torch.nn.Module, Task], torch.nn.Module],
     task: Task,
     batch: Batch,
     grad_clip: float,

@@ -269,17 +269,18 @@ class Trainer(RunStart, TrainingLoop, Checkpointing, Evaluation):
         """A new run's thread counts (:mod:`latentlens.training.thread_choice`): the
         counts whose step computes the same gradients, where the eager CPU step has more
         than one (the run then follows the load); else one recorded count
-        (:func:`latentlens.threads.run_threads`). Compiled, fused, CUDA and data-parallel
-        steps record their count."""
+        (:func:`latentlens.threads.run_threads`). The eager and fused CPU steps are checked
+        (the fused kernels sum in fixed slices; compiled, on the compiled step); compiled
+        steps without the kernels, CUDA and data-parallel steps record their count."""
         train = self.train_cfg
         counts = candidate_counts()
         agreeing: tuple[int, ...] = ()
-        eager_cpu = self.device.type == "cpu" and not (self.compiled or self.fused)
-        if eager_cpu and self.graphed is None and not self.dist.enabled and len(counts) > 1:
+        checked = self.device.type == "cpu" and (self.fused or not self.compiled)
+        if checked and self.graphed is None and not self.dist.enabled and len(counts) > 1:
             generator = self.task.make_generator(train.seed)
             batch = self.task.draw(train.batch_size, "train", generator)
             agreeing = agreeing_thread_counts(
-                self.model, TrainingObjective, self.task, batch, train.grad_clip, counts
+                self.model, self.objective_as_stepped, self.task, batch, train.grad_clip, counts
             )
         if len(agreeing) > 1:
             train = replace(train, thread_counts=agreeing)
@@ -289,6 +290,14 @@ class Trainer(RunStart, TrainingLoop, Checkpointing, Evaluation):
             compute_with_threads(train.threads)
         self.train_cfg = train
         self.config = {**self.config, "train": train.to_dict()}
+
+    def objective_as_stepped(self, model: torch.nn.Module, task: Task) -> torch.nn.Module:
+        """The training objective of ``model`` as this run's step computes it: compiled
+        where the step is."""
+        objective = TrainingObjective(model, task)
+        if self.compiled:
+            objective.compile(dynamic=False, options=inductor_options())
+        return objective
 
     def close(self) -> None:
         """Release the run directory's writer lock (done when :meth:`train` returns)."""
