@@ -7,6 +7,7 @@ import datetime
 import importlib.util
 import json
 import re
+import shutil
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -247,6 +248,15 @@ def test_every_gpu_section_dry_runs_in_seed_groups(reproduce, tmp_path: Path, ca
     assert table_row(one_head, "HYLA").count("[") == 1
     for figure in ("sraven-main-codes-hyla", "fuzzy-logic-a1-curves", "hyperteacher-plus-r2"):
         assert (results.parent / "figures" / f"{figure}.png").stat().st_size > 1_000
+    # without them, beside the 8-head runs each trained alone (the CPU section's); the one-head
+    # runs trained by a sweep say so
+    shutil.rmtree(out / "fuzzy-logic-a1")
+    (out / "fuzzy-logic-a1-one-head" / "sweep.json").write_text('{"cells": {}}')
+    one_head = reproduce.SECTIONS["fuzzy-logic-a1-one-head"]
+    again = one_head.report(out / "fuzzy-logic-a1-one-head", "tiny", 2, "cpu", tmp_path)
+    assert "8 heads: the fuzzy-logic-a1-cpu section's runs" in again
+    assert "each run alone by `latentlens sweep`, path eager" in again
+    assert table_row(again, "HYLA").count("[") == 1
 
 
 def test_the_one_head_runs_differ_from_table_a1s_in_their_heads_alone(reproduce, tmp_path) -> None:

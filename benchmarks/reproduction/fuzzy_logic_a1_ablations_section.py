@@ -49,11 +49,13 @@ def plan(size: str, seeds: int, out: Path) -> list[RunSpec]:
     return plan_variants(VARIANTS, size, seeds, out)
 
 
-def full_results(out: Path, size: str, seeds: int) -> dict[str, list[dict[str, float]]]:
-    """The full variants' final R² from the ``fuzzy-logic-a1`` runs beside ``out`` (their
-    metrics alone suffice: the committed runs carry no checkpoints); an empty mapping unless
-    every one of them evaluated at its last step."""
-    full = out.parent / FULL_SECTION
+def full_results(
+    out: Path, size: str, seeds: int, section: str = FULL_SECTION
+) -> dict[str, list[dict[str, float]]]:
+    """The full variants' final R² from the ``section`` runs beside ``out`` (Table A1's
+    configs; their metrics alone suffice: the committed runs carry no checkpoints); an
+    empty mapping unless every one of them evaluated at its last step."""
+    full = out.parent / section
     results = {}
     for spec in a1_plan(size, seeds, full):
         evaluation = RunDirectory(spec.path).last_evaluation()

@@ -1,17 +1,21 @@
 """One head at Table A1's fuzzy-logic setting (the paper's Fig. 5C intervention): softmax,
 linear and HYLA attention with a single head and the same number of parameters (the
-query-key and value widths of all heads given to the one), 3 seeds each as one seed group
-per variant, set beside the 8-head runs of the ``fuzzy-logic-a1`` section with the 95%
-interval of each difference; then every one-head run's latent-code protocol. With one
-head the latent code is a single number: there is no set of value networks to compose,
-only one to rescale (the authors' response)."""
+query-key and value widths of all heads given to the one), 3 seeds each (as one seed group
+per variant, or each run alone by ``latentlens sweep
+benchmarks/reproduction/sweeps/fuzzy-logic-a1-one-head.yaml``), set beside the 8-head runs
+of Table A1's configs (the ``fuzzy-logic-a1`` section's, or else the
+``fuzzy-logic-a1-cpu`` section's, each trained alone and eagerly) with the 95% interval of
+each difference; then every one-head run's latent-code protocol. With one head the latent
+code is a single number: there is no set of value networks to compose, only one to
+rescale (the authors' response)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from latentlens.reports.seeds import difference_interval, mean_std
-from latentlens.training import TrainConfig
+from latentlens.sweep.run import STATUS_FILE
+from latentlens.training import RunDirectory, TrainConfig
 from reproduction.fuzzy_logic_a1_ablations_section import full_results
 from reproduction.fuzzy_logic_a1_section import (
     SEQ_LEN,
@@ -29,6 +33,8 @@ TITLE = "One head at Table A1's fuzzy-logic setting (Fig. 5C)"
 # none read from a table: the report writes its own finding, one head against eight
 FINDING = None
 ONE_HEAD = {"n_heads": 1}  # qk_dim and v_dim are the heads' total widths: kept
+# where the 8-head runs of Table A1's configs are read from, in this order
+EIGHT_HEAD_SECTIONS = ("fuzzy-logic-a1", "fuzzy-logic-a1-cpu")
 
 
 def plan(size: str, seeds: int, out: Path) -> list[RunSpec]:
@@ -38,16 +44,16 @@ def plan(size: str, seeds: int, out: Path) -> list[RunSpec]:
 def report(out: Path, size: str, seeds: int, device: str, figures: Path) -> str:
     steps = TrainConfig.for_task("fuzzy-logic", **SIZES[size]["train"]).steps
     one = {v: [final_r2(out / f"{v}-s{s}") for s in range(seeds)] for v in VARIANTS}
-    eight = full_results(out, size, seeds)
+    section, eight = eight_heads(out, size, seeds)
     lines = [
         f"## {TITLE}",
         "",
         finding(one, eight),
         "",
         f"T = {SEQ_LEN}, frac_test {task()['frac_test']} (split_seed {task()['split_seed']}), "
-        f"{steps:,} steps, {seeds} seed(s) trained as one seed group per variant; one head "
-        "with the query-key and value widths of all eight (the same parameters). 8 heads: the "
-        "fuzzy-logic-a1 section's runs. test = held-out combinations of seen terms (the "
+        f"{steps:,} steps, {seeds} seed(s) {how_trained(out)}; one head with the query-key "
+        "and value widths of all eight (the same parameters). 8 heads: the "
+        f"{section} section's runs. test = held-out combinations of seen terms (the "
         "paper's OOD), ood = never-seen terms.",
         "",
         "| attention | test R², one head | test R², 8 heads | ood R², one head | "
@@ -69,6 +75,27 @@ def report(out: Path, size: str, seeds: int, device: str, figures: Path) -> str:
     lines += latent_code_lines(out, seeds, SIZES[size]["probe_examples"], timings_of(out),
                                VARIANTS, (), which="every one-head run")  # fmt: skip
     return "\n".join(lines)
+
+
+def eight_heads(out: Path, size: str, seeds: int) -> tuple[str, dict[str, list[dict]]]:
+    """The section whose finished 8-head runs stand beside these (``fuzzy-logic-a1``'s,
+    else ``fuzzy-logic-a1-cpu``'s) and their final R²; the first name and nothing where
+    neither has finished."""
+    for section in EIGHT_HEAD_SECTIONS:
+        if results := full_results(out, size, seeds, section):
+            return section, results
+    return EIGHT_HEAD_SECTIONS[0], {}
+
+
+def how_trained(out: Path) -> str:
+    """How the runs under ``out`` were trained, from their sweep's record and configs."""
+    if not (out / STATUS_FILE).is_file():
+        return "trained as one seed group per variant"
+    configs = [RunDirectory(run).read_config() for run in sorted(out.glob("*-s*"))]
+    paths = sorted({c["train"].get("path") or "eager" for c in configs})
+    threads = sorted({c["train"].get("threads") for c in configs} - {None})
+    on = f" on {'/'.join(map(str, threads))} thread(s)" if threads else ""
+    return f"per variant, each run alone by `latentlens sweep`, path {', '.join(paths)}{on}"
 
 
 def finding(one: dict[str, list[dict]], eight: dict[str, list[dict]]) -> str:
