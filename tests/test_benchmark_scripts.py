@@ -6,6 +6,7 @@ from the benchmarks folder, which each puts on ``sys.path``."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from pathlib import Path
 
@@ -59,3 +60,21 @@ def test_every_script_is_in_the_index() -> None:
     assert missing == []
     for room in ROOMS:
         assert f"## `{room.name}/`" in index, f"benchmarks/README.md: no heading for {room.name}/"
+
+
+def test_the_loop_profile_finds_every_part_of_the_loop(tmp_path: Path, monkeypatch) -> None:
+    """loop_profile.py reads its parts' functions from the functions themselves: named by
+    file, it once kept looking for the step in a module a split had moved it out of."""
+    script = BENCHMARKS / "speed" / "loop_profile.py"
+    monkeypatch.syspath_prepend(str(script.parent))
+    spec = importlib.util.spec_from_file_location("benchmark_loop_profile", script)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, module)
+    spec.loader.exec_module(module)
+    out = tmp_path / "profile.json"
+    flags = ["--d-model", "16", "--eval-every", "10", "--eval-examples", "64"]
+    assert module.main(["--steps", "20", "--out", str(out), "--", *flags]) == 0
+    parts = json.loads(out.read_text())["parts"]
+    found = ("steps", "evaluation", "checkpoints", "tracked metrics (on_eval)")
+    assert all(parts[part] > 0 for part in found), parts
