@@ -104,13 +104,18 @@ def train_command(run: Path) -> list[str]:
 
 
 @pytest.mark.skipif(threads.available_cpus() < 2, reason="one CPU: every choice is 1 thread")
+@pytest.mark.parametrize("path", ["eager", "fused-compile"])
 def test_the_same_command_gives_the_same_metrics_idle_and_beside_busy_neighbours(
-    tmp_path: Path,
+    tmp_path: Path, path: str
 ) -> None:
     """The run finds that its step computes the same gradients on 1 and 2 threads, records
     both and follows the load; beside a busy neighbour it takes fewer threads than idle,
-    and its metrics are the idle run's to the last digit."""
+    and its metrics are the idle run's to the last digit. Eager, and on the fused kernels
+    compiled (their sums cut in fixed slices)."""
+    if path != "eager" and cpp_compiler() is None:
+        pytest.skip("the fused paths need a C compiler")
     env = {k: v for k, v in os.environ.items() if k not in (threads.ENVIRONMENT, "OMP_NUM_THREADS")}
+    env["LATENTLENS_PATH"] = path
     subprocess.run(train_command(tmp_path / "idle"), env=env, check=True, timeout=300)
     spin = "import time\nend = time.time() + 300\nwhile time.time() < end: pass"
     # one CPU kept busy: enough for the load-adaptive choice to take one thread fewer
@@ -125,6 +130,7 @@ def test_the_same_command_gives_the_same_metrics_idle_and_beside_busy_neighbours
             neighbour.wait()
     idle, busy = (json.loads((tmp_path / name / "config.json").read_text())
                   for name in ("idle", "busy"))  # fmt: skip
+    assert idle["train"]["path"] == busy["train"]["path"] == path
     assert idle["train"]["threads"] is None and busy["train"]["threads"] is None
     assert idle["train"]["thread_counts"] == busy["train"]["thread_counts"]
     assert idle["train"]["thread_counts"][:2] == [1, 2]
