@@ -33,6 +33,14 @@ TITLE = "One head at Table A1's fuzzy-logic setting (Fig. 5C)"
 # none read from a table: the report writes its own finding, one head against eight
 FINDING = None
 ONE_HEAD = {"n_heads": 1}  # qk_dim and v_dim are the heads' total widths: kept
+# what one head does to HYLA, from the equations (docs/methods/attention.md)
+ONE_HEAD_HYLA = (
+    "With one head, HYLA's RMSHead, a = s / √(mean over heads of s² + ε) with ε = 10⁻⁶, "
+    "divides each score by its own magnitude: every attention weight is ±1 (|a| > 0.99 "
+    "wherever |s| > 0.007), so HYLA's one-head code is a sign per query-key pair and its "
+    "value network is never given a graded weight. Softmax's and linear attention's one head "
+    "keeps graded weights."
+)
 # where the 8-head runs of Table A1's configs are read from, in this order
 EIGHT_HEAD_SECTIONS = ("fuzzy-logic-a1", "fuzzy-logic-a1-cpu")
 
@@ -72,6 +80,7 @@ def report(out: Path, size: str, seeds: int, device: str, figures: Path) -> str:
             f"| {label} | {mean_std(ours)} | {base} | "
             f"{mean_std([r['ood'] for r in one[variant]])} | {shown} |"
         )
+    lines += ["", ONE_HEAD_HYLA]
     lines += latent_code_lines(out, seeds, SIZES[size]["probe_examples"], timings_of(out),
                                VARIANTS, (), which="every one-head run")  # fmt: skip
     return "\n".join(lines)
