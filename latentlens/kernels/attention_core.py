@@ -69,9 +69,8 @@ def library(fixed: tuple[tuple[str, int], ...] = ()) -> ctypes.CDLL:
     lib = load("attention_core", fixed)
     pointer = ctypes.c_void_p
     lib.attention_forward.argtypes = [ctypes.POINTER(Spec), ctypes.c_int] + [pointer] * 7
-    lib.attention_backward.argtypes = [ctypes.POINTER(Spec), ctypes.c_int, ctypes.c_int] + [
-        pointer
-    ] * 11
+    spec_threads_slices = [ctypes.POINTER(Spec), ctypes.c_int, ctypes.c_int]
+    lib.attention_backward.argtypes = spec_threads_slices + [pointer] * 11
     lib.threads_used.argtypes = [ctypes.c_int]
     return lib
 

@@ -6,22 +6,20 @@
 
 #include <stddef.h>
 
+#include "slices.h"
+
 void column_sums(int threads, int slices, size_t n, size_t c, const float *restrict dy,
                  float *restrict sums, float *restrict partial) {
     if ((size_t)slices > n) slices = n ? (int)n : 1;
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int part = 0; part < slices; part++) {
-        const size_t begin = n * (size_t)part / (size_t)slices;
-        const size_t end = n * (size_t)(part + 1) / (size_t)slices;
+        size_t begin, end;
+        rows_of(n, part, slices, &begin, &end);
         float *mine = partial + (size_t)part * c;
         for (size_t row = begin; row < end; row++) {
 #pragma omp simd
             for (size_t j = 0; j < c; j++) mine[j] += dy[row * c + j];
         }
     }
-    for (size_t j = 0; j < c; j++) {
-        float total = 0.f;
-        for (int part = 0; part < slices; part++) total += partial[(size_t)part * c + j];
-        sums[j] = total;
-    }
+    for (size_t j = 0; j < c; j++) sums[j] = slice_sum(slices, c, partial, j);
 }

@@ -6,7 +6,7 @@
 #include <stddef.h>
 
 #include "gelu_tanh.h"
-#include "openmp.h"
+#include "slices.h"
 
 void gelu_tanh_forward(int threads, size_t n, const float *restrict x, float *restrict y) {
 #pragma omp parallel for simd num_threads(threads) schedule(static)
@@ -40,8 +40,8 @@ void bias_gelu_tanh_backward(int threads, int slices, size_t n, size_t c,
     if ((size_t)slices > n) slices = n ? (int)n : 1;
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int part = 0; part < slices; part++) {
-        const size_t begin = n * (size_t)part / (size_t)slices;
-        const size_t end = n * (size_t)(part + 1) / (size_t)slices;
+        size_t begin, end;
+        rows_of(n, part, slices, &begin, &end);
         float *mine = partial + (size_t)part * c;
         for (size_t row = begin; row < end; row++) {
 #pragma omp simd
@@ -52,9 +52,5 @@ void bias_gelu_tanh_backward(int threads, int slices, size_t n, size_t c,
             }
         }
     }
-    for (size_t j = 0; j < c; j++) {
-        float total = 0.f;
-        for (int part = 0; part < slices; part++) total += partial[(size_t)part * c + j];
-        db[j] = total;
-    }
+    for (size_t j = 0; j < c; j++) db[j] = slice_sum(slices, c, partial, j);
 }

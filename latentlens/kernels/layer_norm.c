@@ -22,18 +22,13 @@
 #include <math.h>
 #include <stddef.h>
 
-#include "openmp.h"
+#include "slices.h"
 
 /* the columns the embedding's row loop holds in a register at once: one AVX-512 vector
    (GCC's and clang's vector extensions; two AVX2 registers elsewhere) */
 #define BLOCK 16
 typedef float vf __attribute__((vector_size(4 * BLOCK)));
 typedef float vf_unaligned __attribute__((vector_size(4 * BLOCK), aligned(4)));
-
-static void rows_of(size_t n, int part, int parts, size_t *begin, size_t *end) {
-    *begin = n * (size_t)part / (size_t)parts;
-    *end = n * (size_t)(part + 1) / (size_t)parts;
-}
 
 /* The layer norm of the row sr (whose sum is total) into yr, and its statistics. */
 static inline void normalise_row(size_t c, const float *restrict sr, float total,
@@ -145,13 +140,6 @@ static inline void row_backward(size_t c, const float *restrict sr, float mu, fl
     }
 }
 
-/* Element `at` of the blocks' sums, each block's `stride` floats apart. */
-static inline float block_sum(int slices, size_t stride, const float *partial, size_t at) {
-    float total = 0.f;
-    for (int part = 0; part < slices; part++) total += partial[(size_t)part * stride + at];
-    return total;
-}
-
 void add_layer_norm_backward(int threads, int slices, size_t n, size_t c, size_t positions,
                              size_t keep_from, const float *restrict sum,
                              const float *restrict mean, const float *restrict rstd,
@@ -190,9 +178,9 @@ void add_layer_norm_backward(int threads, int slices, size_t n, size_t c, size_t
         }
     }
     for (size_t j = 0; j < c; j++) {
-        dweight[j] = block_sum(slices, 4 * c, partial, j);
-        dbias[j] = block_sum(slices, 4 * c, partial, c + j);
-        if (ddelta_bias) ddelta_bias[j] = block_sum(slices, 4 * c, partial, 2 * c + j);
+        dweight[j] = slice_sum(slices, 4 * c, partial, j);
+        dbias[j] = slice_sum(slices, 4 * c, partial, c + j);
+        if (ddelta_bias) ddelta_bias[j] = slice_sum(slices, 4 * c, partial, 2 * c + j);
     }
 }
 
@@ -226,10 +214,10 @@ void embed_layer_norm_backward(int threads, int slices, size_t n, size_t c, size
         }
     }
     for (size_t j = 0; j < c; j++) {
-        dweight[j] = block_sum(slices, stride, partial, j);
-        dbias[j] = block_sum(slices, stride, partial, c + j);
-        dembed_bias[j] = block_sum(slices, stride, partial, 2 * c + j);
+        dweight[j] = slice_sum(slices, stride, partial, j);
+        dbias[j] = slice_sum(slices, stride, partial, c + j);
+        dembed_bias[j] = slice_sum(slices, stride, partial, 2 * c + j);
         for (size_t col = 0; col < k; col++)
-            dembed[j * k + col] = block_sum(slices, stride, partial, (4 + col) * c + j);
+            dembed[j * k + col] = slice_sum(slices, stride, partial, (4 + col) * c + j);
     }
 }
