@@ -7,7 +7,8 @@ work: bf16, fewer positions). Then the kernels (on a CPU, the ops) that take the
 per step. With ``--cuda-graphs`` the profiler sees the kernels a replay runs.
 
     python benchmarks/speed/step_profile.py [--task sraven] [--attention hyla] [--device auto]
-                                      [--compile] [--cuda-graphs] [--precision fp32|tf32|bf16]
+                                      [--compile] [--fused] [--cuda-graphs]
+                                      [--precision fp32|tf32|bf16]
                                       [--steps 20] [--top 25]
 """
 
@@ -49,6 +50,7 @@ def main() -> None:
     parser.add_argument("--attention", default="hyla")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--compile", action="store_true")
+    parser.add_argument("--fused", action="store_true", help="the fused CPU kernels")
     parser.add_argument("--cuda-graphs", action="store_true")
     parser.add_argument("--precision", default="fp32", choices=PRECISIONS)
     parser.add_argument("--steps", type=int, default=20, help="profiled steps")
@@ -67,6 +69,7 @@ def main() -> None:
         compile=args.compile,
         cuda_graphs=args.cuda_graphs,
         quiet=True,
+        fused=args.fused,
     )
     for _ in range(WARMUP_STEPS):
         trainer.train_step()
@@ -84,7 +87,8 @@ def main() -> None:
     events = list(prof.events())
     print(
         f"{args.task} {args.attention} on {device}, torch {torch.__version__}, batch 128, "
-        f"{args.precision}, compile={args.compile}, cuda_graphs={args.cuda_graphs}, "
+        f"{args.precision}, compile={args.compile}, fused={args.fused}, "
+        f"cuda_graphs={args.cuda_graphs}, "
         f"{args.steps} profiled steps"
     )
     print(f"wall time per step (profiled): {wall:8.1f} us")

@@ -39,6 +39,7 @@ from latentlens.kernels.attention_core import (
     supports,
 )
 from latentlens.kernels.bias_add import fused_bias_add
+from latentlens.kernels.linear import projection, projects
 from latentlens.models.config import AttentionConfig
 from latentlens.models.hooked import HookPoint, any_hooked
 from latentlens.models.init import embedding_normal_, lecun_normal_
@@ -200,7 +201,11 @@ class Attention(nn.Module):
         """``W^O concat_h z + b^O`` ``[batch, query_pos, d_model]`` of z ``[batch,
         query_pos, head, d_head_v]`` (through ``hook_z``); without ``b^O`` if
         ``unbiased``."""
-        out = torch.einsum("bqhd,hdm->bqm", self.hook_z(z), self.W_O)
+        z = self.hook_z(z)
+        if self.fused and kernels_apply(z, compiles=True) and projects(self.cfg.d_model):
+            matrix = self.W_O.flatten(0, 1).T  # [d_model, head x d_head_v]
+            return projection(z.flatten(2), matrix, None if unbiased else self.b_O)
+        out = torch.einsum("bqhd,hdm->bqm", z, self.W_O)
         return out if unbiased else out + self.b_O
 
     def _dropout_factors(
@@ -299,8 +304,7 @@ class Attention(nn.Module):
         """q ``[batch, query_pos, head, d_head]`` of the queries' stream ``x`` alone (where
         the keys and values come from another stream); ``fused``: as
         :meth:`_joint_projection`'s."""
-        add = fused_bias_add if fused else torch.add
-        return add(torch.einsum("bpm,hmd->bphd", x, self.W_Q), self.b_Q)
+        return self._joint_projection(x, [self.W_Q], [self.b_Q], fused)
 
     @staticmethod
     def _joint_projection(
@@ -311,12 +315,19 @@ class Attention(nn.Module):
     ) -> torch.Tensor:
         """``stream`` ``[batch, pos, d]`` through several projections at once: ``[batch,
         pos, head, sum of their widths]``, each head's outputs side by side. ``fused`` (the
-        fused kernels' path): the biases' gradients summed in fixed slices
-        (:func:`~latentlens.kernels.bias_add.fused_bias_add`), the same on any thread
+        fused kernels' path): on oneDNN's matmul where it runs
+        (:func:`~latentlens.kernels.linear.projection`), else PyTorch's with the biases'
+        gradients summed in fixed slices
+        (:func:`~latentlens.kernels.bias_add.fused_bias_add`): the same on any thread
         count."""
+        weight, bias = torch.cat(weights, -1), torch.cat(biases, -1)  # [h, d, w], [h, w]
+        heads, _, width = weight.shape
+        if fused and projects(heads * width):
+            matrix = weight.transpose(1, 2).reshape(heads * width, -1)  # [h w, d]
+            flat = projection(stream, matrix, bias.reshape(-1))
+            return flat.view(*stream.shape[:-1], heads, width)
         add = fused_bias_add if fused else torch.add
-        projected = torch.einsum("bpm,hmd->bphd", stream, torch.cat(weights, -1))
-        return add(projected, torch.cat(biases, -1))
+        return add(torch.einsum("bpm,hmd->bphd", stream, weight), bias)
 
     def _mask(
         self,

@@ -21,7 +21,7 @@ def use_fused_kernels(model: nn.Module, on: bool = True) -> int:
     blocks = on and mlp.available()
     if on and layers:
         attention_core.library(), gelu_tanh.library(), layer_norm.library()
-        if blocks:
+        if blocks and mlp.engine() == "sgemm":
             mlp.library()
     for layer in layers + streams:
         layer.fused = on

@@ -34,6 +34,7 @@ from latentlens.kernels.layer_norm import (
     fused_embed_layer_norm,
     fused_kept_add_layer_norm,
 )
+from latentlens.kernels.linear import projection, projects
 from latentlens.kernels.mlp import fused_mlp
 from latentlens.models.attention import Attention
 from latentlens.models.config import AttentionConfig, TransformerConfig
@@ -254,7 +255,9 @@ class DecoderTransformer(HookedModel):
             resid, normed = fused_add_layer_norm(resid, attn_out, block.attn.b_O, block.ln2)
             stream = (resid, block.mlp.unbiased(normed), block.mlp.fc_out.bias)
         normed = fused_add_layer_norm(*stream, self.ln_final)[1]
-        # the bias's gradient summed in fixed slices, the same on any thread count
+        # the weight's and bias's gradients the same on any thread count
+        if projects(self.cfg.d_output):
+            return projection(normed, self.unembed.weight, self.unembed.bias)
         return fused_bias_add(F.linear(normed, self.unembed.weight), self.unembed.bias)
 
     def _check_inputs(self, inputs: torch.Tensor) -> torch.Tensor:

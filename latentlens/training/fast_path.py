@@ -64,9 +64,10 @@ MARGIN = {"cpu": 1.5, "cuda": 1.05}
 FOLLOWING_MARGIN = 1.05
 # The CPU paths whose numbers are the same on any thread count (checked per run).
 LOAD_FOLLOWING = frozenset({"eager", "fused", "fused-compile"})
-# Steps timed per path after its warm-up (compilation, the allocator's first sizes).
-WARM_UP_STEPS, TIMED_STEPS = 3, 30
-CACHE_VERSION = 1
+# Steps per path before timing (compilation, the allocator's first sizes), then rounds
+# of steps per path in turn (:func:`calibrate`).
+WARM_UP_STEPS, ROUNDS, ROUND_STEPS = 3, 3, 10
+CACHE_VERSION = 2  # 2: paths timed in turns, each its fastest round
 # A path to take instead of measuring (e.g. ``eager`` for scripts and test suites).
 ENVIRONMENT = "LATENTLENS_PATH"
 
@@ -217,10 +218,14 @@ StepFactory = Callable[[str], Callable[[], object]]
 def calibrate(paths: list[str], make_step: StepFactory, sync: Callable[[], None]) -> Calibration:
     """Time each path: ``make_step(path)`` builds its step function (a ValueError: the
     path does not apply to this model, e.g. no fused kernel covers it, and is left out);
-    its first :data:`WARM_UP_STEPS` steps give its start cost, the next
-    :data:`TIMED_STEPS` its rate."""
-    rates: dict[str, float] = {}
-    start_seconds: dict[str, float] = {}
+    its first :data:`WARM_UP_STEPS` steps give its start cost. Then the paths take turns,
+    :data:`ROUND_STEPS` steps each for :data:`ROUNDS` rounds, and each path's rate is its
+    fastest round: a burst of other work (another run compiling beside this one, the
+    machine's clock settling) slows the rounds it falls in, for every path alike, rather
+    than all of one path's steps, which timing the paths one after another allowed (a
+    sweep's runs, calibrating at once, ranked the same paths differently)."""
+    steps: dict[str, Callable[[], object]] = {}
+    built_seconds: dict[str, float] = {}
     for path in paths:
         began = time.perf_counter()
         try:
@@ -232,14 +237,19 @@ def calibrate(paths: list[str], make_step: StepFactory, sync: Callable[[], None]
         for _ in range(WARM_UP_STEPS):
             step()
         sync()
-        warmed = time.perf_counter()
-        for _ in range(TIMED_STEPS):
-            step()
-        sync()
-        seconds = time.perf_counter() - warmed
-        rates[path] = TIMED_STEPS / seconds
-        start_seconds[path] = max(0.0, warmed - began - WARM_UP_STEPS * seconds / TIMED_STEPS)
-    return Calibration(rates, start_seconds)
+        steps[path], built_seconds[path] = step, time.perf_counter() - began
+    fastest = dict.fromkeys(steps, float("inf"))  # seconds per step
+    for _ in range(ROUNDS):
+        for path, step in steps.items():
+            began = time.perf_counter()
+            for _ in range(ROUND_STEPS):
+                step()
+            sync()
+            fastest[path] = min(fastest[path], (time.perf_counter() - began) / ROUND_STEPS)
+    return Calibration(
+        {path: 1.0 / fastest[path] for path in steps},
+        {path: max(0.0, built_seconds[path] - WARM_UP_STEPS * fastest[path]) for path in steps},
+    )
 
 
 def margin(path: str, device: torch.device) -> float:

@@ -45,15 +45,6 @@ def bias_gelu_call(gen: torch.Generator) -> Callable[[], tuple[torch.Tensor, ...
     return lambda: bias_backward_values(h, bias, dy)
 
 
-def mlp_call(gen: torch.Generator) -> Callable[[], tuple[torch.Tensor, ...]]:
-    rows, d_model, d_mlp = 9 * mlp.block_rows(64) + 5, 32, 64  # 10 blocks: 4 runs
-    x, dout = torch.randn(rows, d_model, generator=gen), torch.randn(rows, d_model, generator=gen)
-    w_in, b_in = torch.randn(d_mlp, d_model, generator=gen), torch.randn(d_mlp, generator=gen)
-    w_out = torch.randn(d_model, d_mlp, generator=gen)
-    _, h, y = mlp.forward_values(x, w_in, b_in, w_out)
-    return lambda: mlp.backward_values(x, w_in, b_in, w_out, h, y, dout)
-
-
 def attention_call(gen: torch.Generator) -> Callable[[], tuple[torch.Tensor, ...]]:
     batch, keys, heads, d = 50, 21, 4, 8  # 16 slices of 3 or 4 batch elements
     packed = torch.randn(batch, keys, heads, 3 * d, generator=gen)
@@ -66,7 +57,7 @@ def attention_call(gen: torch.Generator) -> Callable[[], tuple[torch.Tensor, ...
 
 
 @pytest.mark.parametrize(
-    "make_call", [layer_norm_call, embedding_call, bias_gelu_call, mlp_call, attention_call]
+    "make_call", [layer_norm_call, embedding_call, bias_gelu_call, attention_call]
 )
 def test_the_backward_sums_are_the_same_bits_on_any_thread_count(make_call) -> None:
     call = make_call(torch.Generator().manual_seed(0))
@@ -75,3 +66,35 @@ def test_the_backward_sums_are_the_same_bits_on_any_thread_count(make_call) -> N
     for threads in (2, 3):
         for a, b in zip(one, on_threads(threads, call), strict=True):
             assert torch.equal(a, b), f"{make_call.__name__} on {threads} threads"
+
+
+MLP_ENGINES = [e for e, here in (("sgemm", mlp.sgemm_address() is not None),
+                                 ("onednn", mlp.has_onednn())) if here]  # fmt: skip
+
+
+@pytest.mark.parametrize("engine", MLP_ENGINES)
+@pytest.mark.parametrize(
+    "rows, d_model, d_mlp",
+    [(9 * mlp.block_rows(64) + 5, 32, 64), (128 * 36, 128, 256), (128, 128, 256)],
+    ids=["10 blocks", "SRAVEN", "one query"],
+)
+def test_the_mlp_is_the_same_bits_on_any_thread_count(
+    engine: str, rows: int, d_model: int, d_mlp: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each engine's forward and backward (the weights' gradients sum over rows: the sgemm
+    kernel in its fixed runs, oneDNN as its matmul cuts them) on 1 to 4 threads, at a
+    shape of ten blocks and at SRAVEN's and a one-query last layer's."""
+    monkeypatch.setattr(mlp, "engine", lambda: engine)
+    gen = torch.Generator().manual_seed(0)
+    x, dout = torch.randn(rows, d_model, generator=gen), torch.randn(rows, d_model, generator=gen)
+    w_in, b_in = torch.randn(d_mlp, d_model, generator=gen), torch.randn(d_mlp, generator=gen)
+    w_out = torch.randn(d_model, d_mlp, generator=gen)
+
+    def call() -> tuple[torch.Tensor, ...]:
+        out, h, y = mlp.forward_values(x, w_in, b_in, w_out)
+        return (out, *mlp.backward_values(x, w_in, b_in, w_out, h, y, dout))
+
+    one = on_threads(1, call)
+    for threads in (2, 3, 4):
+        for a, b in zip(one, on_threads(threads, call), strict=True):
+            assert torch.equal(a, b), f"{engine} on {threads} threads"

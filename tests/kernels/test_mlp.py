@@ -1,4 +1,5 @@
-"""The MLP in blocks of rows against the formula in float64 and PyTorch's float32 ops."""
+"""The MLP (each engine here: oneDNN's matmuls, the sgemm kernel's blocks) against the formula in
+float64 and PyTorch's float32 ops."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ import torch.nn.functional as F
 from latentlens.kernels import mlp
 from latentlens.kernels.mlp import fused_mlp
 
-pytestmark = pytest.mark.skipif(not mlp.available(), reason="PyTorch's library has no sgemm")
+pytestmark = pytest.mark.skipif(not mlp.available(), reason="no MLP engine runs here")
+ENGINES = [e for e, here in (("sgemm", mlp.sgemm_address() is not None),
+                             ("onednn", mlp.has_onednn())) if here]  # fmt: skip
 
 
 def mlp_of(x, w_in, b_in, w_out):
@@ -25,16 +28,21 @@ def parameters(d_model: int, d_mlp: int, generator: torch.Generator) -> list[tor
     ]
 
 
+@pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize(
     "shape, d_mlp, threads",
     [((2, 300, 32), 96, 1), ((2, 300, 32), 96, 3), ((5, 1, 16), 64, 2), ((3, 7, 8), 8, 1)],
 )
-def test_the_blocked_mlp_and_its_gradients_match_the_formula(shape, d_mlp, threads) -> None:
+def test_the_mlp_and_its_gradients_match_the_formula(
+    engine, shape, d_mlp, threads, monkeypatch
+) -> None:
     """Values and gradients within float32 rounding of float64 (2e-6 of each tensor's
     norm), as PyTorch's float32 ops are, across block edges (600 rows are three blocks
     of 256 rows at d_mlp 96, and less than one thread's share), threads and a last block
     of few rows. Only the weights' gradients sum over rows, in blocks: PyTorch's float32
-    ops differ from them by about 4e-7 of their norm."""
+    ops differ from them by about 4e-7 of their norm. Both engines: oneDNN's matmuls and
+    the sgemm kernel's blocks."""
+    monkeypatch.setattr(mlp, "engine", lambda: engine)
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(*shape, generator=gen, dtype=torch.float64)
     exact = [x, *parameters(shape[-1], d_mlp, gen)]
@@ -62,7 +70,9 @@ def test_the_blocked_mlp_and_its_gradients_match_the_formula(shape, d_mlp, threa
         assert float((a - b).norm()) <= 1e-6 * scale, name
 
 
-def test_no_rows_give_zero_weight_gradients() -> None:
+@pytest.mark.parametrize("engine", ENGINES)
+def test_no_rows_give_zero_weight_gradients(engine, monkeypatch) -> None:
+    monkeypatch.setattr(mlp, "engine", lambda: engine)
     gen = torch.Generator().manual_seed(1)
     w_in, b_in, w_out = (t.float().requires_grad_() for t in parameters(8, 16, gen))
     x = torch.zeros(0, 3, 8, requires_grad=True)

@@ -102,6 +102,29 @@ def test_calibration_times_each_path_and_leaves_out_those_that_do_not_apply(monk
     assert found.start_seconds["eager"] == pytest.approx(0.0, abs=1e-9)
 
 
+def test_a_burst_of_other_work_does_not_rank_the_path_it_falls_on_last(monkeypatch) -> None:
+    """Other work makes every step 3x as slow for the calibration's first 0.9 s. Timed one
+    path after another, eager (first) measured 2.1x slower than it is and compile, 1.25x
+    as fast, was chosen (2.7x; the CPU's margin for compile is 1.5x). Timed in turns, each
+    path's fastest round is its own speed, and eager is kept."""
+    clock = FakeClock()
+    monkeypatch.setattr(fast_path.time, "perf_counter", clock)
+    costs = {"eager": 0.015, "compile": 0.012}
+    busy_until = 0.0
+
+    def make_step(path: str):
+        def step() -> None:
+            clock.now += costs[path] * (3.0 if clock.now < busy_until else 1.0)
+
+        return step
+
+    busy_until = fast_path.ROUND_STEPS * costs["eager"] * 3.0 * 2  # eager's first rounds' time
+    found = calibrate(["eager", "compile"], make_step, lambda: None)
+    assert found.rates["eager"] == pytest.approx(1 / 0.015)
+    assert found.rates["compile"] == pytest.approx(1 / 0.012)
+    assert pick(found, 50_000, CPU).path == "eager"
+
+
 def _config(steps: int) -> dict:
     return {"model_kind": "transformer", "model": {"d_model": 8}, "task": {"name": "x"},
             "train": {"steps": steps, "batch_size": 4, "precision": "fp32"}}  # fmt: skip

@@ -1,0 +1,126 @@
+"""Linear maps on oneDNN's float32 matmul, with the same numbers on any thread count.
+
+PyTorch's CPU matmuls (``torch.mm``, ``F.linear``, inductor's ``extern_kernels.bmm``) are
+MKL's ``sgemm``, which on a 2-core AMD EPYC (Zen 5) runs its AVX2 code: about 205 GFLOP/s
+at a transformer's shapes, where oneDNN, also inside PyTorch
+(``torch.ops.mkldnn._linear_pointwise``, the kernel inductor's CPU inference fusions call),
+runs AVX-512 at about 480. The fused path's MLP (:mod:`latentlens.kernels.mlp`) and its
+attention projections (:func:`projection`) take it.
+
+A weight's gradient sums over the rows. oneDNN cuts that sum the same way on 1 to 16
+threads where the gradient has at least :data:`MIN_OUTPUTS` rows and the sum at most
+:data:`ROWS_PER_SUM` rows (measured on the EPYC for outputs of 1-256 rows by 16-256
+columns and 512-8,192 rows summed: a one-row output split its sum by thread from 2,048
+rows on, a 128 x 128 one from 32,768); :func:`row_products` cuts longer sums into fixed
+chunks of that many rows, added in order, and ``tests/kernels`` hold every shape the
+models use to the same bits on 1 to 4 threads.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from latentlens.kernels.bias_add import column_sums
+from latentlens.kernels.build import operators
+
+# oneDNN sums at most this many rows the same way on any thread count (module docstring)
+ROWS_PER_SUM = 8192
+# ... for weight gradients of at least this many rows; narrower ones keep PyTorch's path
+MIN_OUTPUTS = 8
+
+
+# PyTorch was built with oneDNN and has its linear operator (a constant compiled code reads)
+ONEDNN = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+
+
+def has_onednn() -> bool:
+    """Whether PyTorch was built with oneDNN and has its linear operator."""
+    return ONEDNN
+
+
+def linear(a: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``a w^T + bias`` ``[..., N]`` (``a [..., K]``, ``w [N, K]``, ``bias [N]``: float32
+    CPU; a 2-D ``a`` may be a transposed view) by oneDNN's matmul."""
+    rows = a if a.dim() == 2 else a.reshape(-1, a.shape[-1])
+    if 0 in rows.shape or 0 in w.shape:  # oneDNN refuses empty operands
+        out = a.new_zeros(*a.shape[:-1], w.shape[0])
+        return out if bias is None else out + bias
+    out = torch.ops.mkldnn._linear_pointwise(rows, w, bias, "none", [], "")
+    return out.view(*a.shape[:-1], w.shape[0])
+
+
+def row_products(dy: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """``dy^T x`` ``[N, K]`` summed over the rows of ``dy [..., N]`` and ``x [..., K]``
+    (a weight's gradient), in chunks of :data:`ROWS_PER_SUM` rows added in order."""
+    dy, x = dy.reshape(-1, dy.shape[-1]), x.reshape(-1, x.shape[-1])
+    total = None
+    for start in range(0, max(len(dy), 1), ROWS_PER_SUM):
+        part = linear(dy[start : start + ROWS_PER_SUM].T, x[start : start + ROWS_PER_SUM].T)
+        total = part if total is None else total + part
+    return total
+
+
+def projects(outputs: int) -> bool:
+    """Whether :func:`projection` computes a map to ``outputs`` features here."""
+    return ONEDNN and outputs >= MIN_OUTPUTS
+
+
+def projection_values(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
+) -> torch.Tensor:
+    """``x weight^T + bias`` (``x [..., K]``, ``weight [N, K]``, ``bias [N]`` or None;
+    float32 CPU) on oneDNN's matmul."""
+    return linear(x.contiguous(), weight.contiguous(), bias)
+
+
+def projection_backward_values(
+    x: torch.Tensor, weight: torch.Tensor, dy: torch.Tensor, biased: bool
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(dx, dweight, dbias)`` of :func:`projection_values` times ``dy``: the weight's
+    by :func:`row_products`, the bias's by
+    :func:`~latentlens.kernels.bias_add.column_sums` (empty unless ``biased``), the same
+    on any thread count."""
+    dy = dy.contiguous()
+    dx = linear(dy, weight.T.contiguous())
+    dbias = column_sums(dy) if biased else dy.new_empty(0)
+    return dx, row_products(dy, x.contiguous()), dbias
+
+
+# The operators (``torch.ops.latentlens``), opaque to a compiled step: inductor would lower
+# oneDNN's operator for frozen weights only.
+_projection, _projection_backward = operators(
+    "projection", projection_values, projection_backward_values
+)
+
+
+@_projection.register_fake
+def _(x, weight, bias):
+    return x.new_empty(*x.shape[:-1], weight.shape[0])
+
+
+@_projection_backward.register_fake
+def _(x, weight, dy, biased):
+    dbias = dy.new_empty(dy.shape[-1] if biased else 0)
+    return x.new_empty(x.shape), weight.new_empty(weight.shape), dbias  # contiguous
+
+
+def _save(ctx, inputs, output) -> None:
+    x, weight, bias = inputs
+    ctx.biased = bias is not None
+    ctx.save_for_backward(x, weight)
+
+
+def _backward(ctx, dy):
+    x, weight = ctx.saved_tensors
+    dx, dweight, dbias = _projection_backward(x, weight, dy, ctx.biased)
+    return dx, dweight, dbias if ctx.biased else None
+
+
+_projection.register_autograd(_backward, setup_context=_save)
+
+
+def projection(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """``x weight^T + bias`` (``x [..., K]``, ``weight [N, K]``, ``bias [N]`` or None;
+    float32 CPU) on oneDNN's matmul, eager and compiled (an operator compiled code calls),
+    its gradients the same on any thread count (:func:`projection_backward_values`)."""
+    return _projection(x, weight, bias)

@@ -1,0 +1,81 @@
+"""oneDNN's linear maps (:mod:`latentlens.kernels.linear`) against the formula in float64,
+and their weight gradients the same bits on any thread count at the models' shapes."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from latentlens.kernels import linear as linear_kernels
+from latentlens.kernels.linear import projection, row_products
+
+pytestmark = pytest.mark.skipif(not linear_kernels.has_onednn(), reason="PyTorch has no oneDNN")
+
+
+def within_rounding(a: torch.Tensor, exact: torch.Tensor, bound: float = 2e-6) -> bool:
+    """``a`` within float32 rounding of float64 ``exact``: ``bound`` of its norm."""
+    return float((a.double() - exact).norm()) <= bound * float(exact.norm())
+
+
+@pytest.mark.parametrize("shape, outputs", [((4, 9, 32), 48), ((2, 300, 16), 8), ((0, 3, 8), 16)])
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_the_projection_and_its_gradients_match_the_formula(shape, outputs, with_bias) -> None:
+    gen = torch.Generator().manual_seed(0)
+    exact = [torch.randn(*shape, generator=gen, dtype=torch.float64),
+             torch.randn(outputs, shape[-1], generator=gen, dtype=torch.float64) / shape[-1] ** 0.5,
+             torch.randn(outputs, generator=gen, dtype=torch.float64)]  # fmt: skip
+    if not with_bias:
+        exact[2] = None
+    dy = torch.randn(*shape[:-1], outputs, generator=gen, dtype=torch.float64)
+    ours = [None if t is None else t.float().requires_grad_() for t in exact]
+    out = projection(*ours)
+    out.backward(dy.float())
+    exact = [None if t is None else t.requires_grad_() for t in exact]
+    exact_out = F.linear(*exact)
+    exact_out.backward(dy)
+    assert out.shape == exact_out.shape
+    grads = [(p.grad, q.grad) for p, q in zip(ours, exact, strict=True) if p is not None]
+    for a, b in [(out, exact_out), *grads]:
+        assert within_rounding(a, b)
+    if shape[0] == 0:
+        assert torch.equal(ours[1].grad, torch.zeros_like(ours[1].grad))
+
+
+def test_a_long_sum_is_cut_in_fixed_chunks_added_in_order(monkeypatch) -> None:
+    """Rows beyond ROWS_PER_SUM are summed chunk by chunk: the same bits as the chunks'
+    products added in order, and the formula's to rounding."""
+    monkeypatch.setattr(linear_kernels, "ROWS_PER_SUM", 100)
+    gen = torch.Generator().manual_seed(1)
+    dy, x = torch.randn(250, 16, generator=gen), torch.randn(250, 24, generator=gen)
+    chunks = [linear_kernels.linear(dy[s : s + 100].T, x[s : s + 100].T) for s in (0, 100, 200)]
+    assert torch.equal(row_products(dy, x), chunks[0] + chunks[1] + chunks[2])
+    assert within_rounding(row_products(dy, x), dy.double().T @ x.double())
+
+
+# the weight gradients' shapes of the reference models: (outputs, inputs, rows)
+MODEL_SHAPES = [(48, 128, 2048), (48, 128, 4096), (192, 128, 4608), (128, 64, 4608),
+                (128, 16, 2048), (256, 128, 4608), (128, 256, 4096), (8, 128, 512),
+                (128, 128, 3 * 8192 + 5)]  # fmt: skip
+
+
+@pytest.mark.parametrize("outputs, inputs, rows", MODEL_SHAPES)
+def test_weight_gradients_are_the_same_bits_on_any_thread_count(outputs, inputs, rows) -> None:
+    """At every shape the reference models' fused steps sum (and one of 24,581 rows, past
+    ROWS_PER_SUM, where oneDNN alone split a 128 x 128 sum by thread)."""
+    gen = torch.Generator().manual_seed(2)
+    dy, x = torch.randn(rows, outputs, generator=gen), torch.randn(rows, inputs, generator=gen)
+    before = torch.get_num_threads()
+    try:
+        found = []
+        for threads in (1, 2, 3, 4):
+            torch.set_num_threads(threads)
+            found.append(row_products(dy, x))
+    finally:
+        torch.set_num_threads(before)
+    assert all(torch.equal(found[0], other) for other in found[1:])
+
+
+def test_narrow_outputs_are_left_to_pytorch() -> None:
+    assert linear_kernels.projects(linear_kernels.MIN_OUTPUTS)
+    assert not linear_kernels.projects(linear_kernels.MIN_OUTPUTS - 1)
