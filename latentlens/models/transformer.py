@@ -56,7 +56,7 @@ class MLP(nn.Module):
         self.hook_post = HookPoint()
         # Set by latentlens.models.use_fused_kernels: the GELU on the fused CPU kernel
         # (the same function to float32 rounding) for float32 CPU tensors, and the fused
-        # stream's MLP on latentlens.kernels.mlp where PyTorch's library has its sgemm.
+        # stream's MLP on latentlens.kernels.mlp where one of its engines runs.
         self.fused = False
         self.fused_blocks = False
 

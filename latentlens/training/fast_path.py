@@ -288,8 +288,11 @@ def choose_path(
         return Choice("eager", f"a run of {steps:,} steps (under {CALIBRATE_FROM:,}) would "
                                "not repay compiling")  # fmt: skip
     found = read_cached(device, config)
-    if found is None and device.type == "cpu" and busy_elsewhere(available_cpus()) > 0:
-        # timed beside other work, the paths rank as that work allows, not as they run
+    cpus = available_cpus()
+    wanted = min(config["train"].get("threads") or cpus, cpus)  # a run of fewer threads
+    if found is None and device.type == "cpu" and busy_elsewhere(cpus) > cpus - wanted:
+        # timed beside other work on its CPUs, the paths rank as that work allows, not as
+        # they run (a one-thread run, as a sweep's, is timed where one CPU is free)
         return Choice("eager", "other work keeps a CPU busy, so timing the paths now would "
                                "mislead; eager follows the load")  # fmt: skip
     if found is None:

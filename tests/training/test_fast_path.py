@@ -253,6 +253,28 @@ def test_a_busy_cpu_is_not_timed_and_nothing_is_cached(tmp_path: Path, monkeypat
     assert built == [] and not (tmp_path / "fast_paths.json").exists()
 
 
+def test_a_one_thread_run_is_timed_beside_work_on_the_other_cpu(tmp_path, monkeypatch) -> None:
+    """A sweep's runs, one thread each, start together on a 2-core machine: each finds the
+    other CPU busy, and timed nothing (eager) though its own CPU was free."""
+    monkeypatch.setenv("LATENTLENS_CACHE", str(tmp_path))
+    monkeypatch.setattr(fast_path, "available_cpus", lambda: 2)
+    monkeypatch.setattr(fast_path, "busy_elsewhere", lambda cpus: 1)
+    config = _config(CALIBRATE_FROM)
+    config["train"]["threads"] = 1
+    built: list[str] = []
+    choose_path(
+        config, CPU, ["eager", "compile"], lambda path: built.append(path) or (lambda: None)
+    )
+    assert built == ["eager", "compile"]
+    monkeypatch.setattr(fast_path, "busy_elsewhere", lambda cpus: 2)  # both taken: not timed
+    config["train"]["batch_size"] = 8  # another shape, not cached
+    built.clear()
+    choice = choose_path(
+        config, CPU, ["eager", "compile"], lambda p: built.append(p) or (lambda: None)
+    )
+    assert choice.path == "eager" and built == []
+
+
 def test_a_run_that_cannot_start_is_named_not_hidden(monkeypatch) -> None:
     def make_step(path: str):
         raise ValueError("the model does not fit the task")
