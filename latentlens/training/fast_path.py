@@ -5,16 +5,17 @@ kernels (``fused``, ``fused-compile``) or, on CUDA, compiled and captured in a C
 (``compile-graphs``; ``graphs`` uncompiled, taken only by ``--cuda-graphs`` alone). Each
 computes the same step to float rounding (the tests hold each to the eager step), but
 which is fastest depends on the machine and the model's shapes: on a 2-core AVX-512 EPYC
-the fused kernels with compile ran 1.4-1.9x eager, compile alone 0.9-1.3x; on a GPU eager
-PyTorch is 3x slower than the official code and compiled and graphed 4-6x faster.
+the fused kernels with compile (oneDNN's matmuls) ran 1.6-2.8x eager, compile alone
+0.9-1.3x; on a GPU eager PyTorch is 3x slower than the official code and compiled and
+graphed 4-6x faster.
 
-:func:`choose_path` times a few steps of each path that can run here (:func:`calibrate`),
+:func:`choose_path` times each path that can run here in turns (:func:`calibrate`),
 adds what compiling costs, and picks the path that finishes the run's remaining steps
 first; eager unless another is at least its :func:`margin` times as fast per step. Paths
-are not timed on a CPU that other work keeps busy (they would rank as the neighbours
-allow): such a run is eager and measures nothing. On the CPU the margin is small (1.05x)
-for the paths that compute the same numbers on any thread count and so may follow the
-machine's load as eager does (:data:`LOAD_FOLLOWING`: the fused kernels sum in fixed
+are not timed where other work keeps busy the CPUs the run would use (they would rank as
+the neighbours allow): such a run is eager and measures nothing. On the CPU the margin is
+small (1.05x) for the paths that compute the same numbers on any thread count and so may
+follow the machine's load as eager does (:data:`LOAD_FOLLOWING`: the fused kernels sum in fixed
 slices; :mod:`latentlens.training.thread_choice` checks each run), and wide (1.5x) for
 ``compile``, whose inductor sums split by thread: such a run keeps the thread count it
 started with, and beside one busy neighbour on 2 cores a run kept on 2 threads took 238 s
