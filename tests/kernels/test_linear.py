@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from latentlens.kernels import linear as linear_kernels
-from latentlens.kernels.linear import projection, row_products
+from latentlens.kernels.linear import projection, row_products, transposed
 
 pytestmark = pytest.mark.skipif(not linear_kernels.has_onednn(), reason="PyTorch has no oneDNN")
 
@@ -79,3 +79,20 @@ def test_weight_gradients_are_the_same_bits_on_any_thread_count(outputs, inputs,
 def test_narrow_outputs_are_left_to_pytorch() -> None:
     assert linear_kernels.projects(linear_kernels.MIN_OUTPUTS)
     assert not linear_kernels.projects(linear_kernels.MIN_OUTPUTS - 1)
+
+
+@pytest.mark.parametrize("shape", [(2048, 256), (333, 77), (31, 1), (1, 40), (0, 5), (5, 0)])
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_the_tiled_transpose_is_the_transpose(shape, threads) -> None:
+    """Shapes off the 32 x 32 tiles included (a ragged last tile each way), any thread
+    count, a transposed view as input: every element where the transpose puts it."""
+    x = torch.arange(shape[0] * shape[1], dtype=torch.float32).view(shape)
+    view = torch.randn(shape[1], shape[0], generator=torch.Generator().manual_seed(0))
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        out, back = transposed(x), transposed(view.T)
+    finally:
+        torch.set_num_threads(previous)
+    assert out.shape == (shape[1], shape[0]) and out.is_contiguous()
+    assert torch.equal(out, x.T) and torch.equal(back, view)
