@@ -130,6 +130,19 @@ def command_rate(task: str, variant: str, runs: int, budgets: tuple[float, float
     return sum(rates), rates, [path for _, _, path in reached[-1]]
 
 
+def prime(task: str, variant: str, runs: int, folder: Path) -> None:
+    """Run ``runs`` short commands at once, as the timed ones will run, so that both timed
+    budgets find the calibration and inductor's code cached: a pair where one calibrates
+    and the other does not measures start-up, not steps (one run per core, primed with a
+    two-thread run's cache only, gave a negative rate)."""
+    threads = 1 if runs > 1 else None
+    commands = []
+    for seed in range(runs):
+        run_dir = folder / f"prime-{task}-{variant}-{runs}-s{seed}"
+        commands.append((command(task, variant, seed, run_dir, 5, folder, threads), run_dir))
+    timed_commands(commands)
+
+
 def official_rate(official: Path, task: str, variant: str, runs: int, steps: int,
                   folder: Path) -> float:  # fmt: skip
     """Steps/s of ``runs`` official processes at once, added up (after compiling)."""
@@ -184,25 +197,11 @@ def main(argv: list[str] | None = None) -> int:
         folder = Path(tmp)
         for task in args.tasks:
             for variant in args.variants:
-                # the first command a user runs fills the caches (calibration, inductor)
-                timed_commands(
-                    [
-                        (
-                            command(
-                                task,
-                                variant,
-                                0,
-                                folder / f"prime-{task}-{variant}",
-                                5,
-                                folder,
-                                None,
-                            ),
-                            folder / f"prime-{task}-{variant}",
-                        )
-                    ]
-                )
                 for mode in args.modes:
                     runs = cores if mode == "cores" else 1
+                    # the first commands a user runs fill the caches (calibration, inductor),
+                    # for the thread count this mode's runs take
+                    prime(task, variant, runs, folder)
                     row: dict[str, Any] = {"task": task, "variant": variant, "mode": mode,
                                            "runs": runs, "official": [], "command": [],
                                            "per_run": [], "step": [], "paths": []}  # fmt: skip
