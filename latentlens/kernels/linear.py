@@ -63,7 +63,10 @@ def library() -> ctypes.CDLL:
 def transposed(x: torch.Tensor) -> torch.Tensor:
     """``x^T`` of float32 CPU ``x [rows, cols]`` as a contiguous ``[cols, rows]``: the
     operand oneDNN's matmul needs (it copies a transposed view with PyTorch's strided copy,
-    3-4x slower than ``transpose.c``'s tiles)."""
+    3-4x slower than ``transpose.c``'s tiles). A transposed view of a contiguous tensor
+    is that tensor, returned as it is."""
+    if x.T.is_contiguous():
+        return x.T
     x = x.contiguous()
     out = x.new_empty(x.shape[1], x.shape[0])
     if x.numel():

@@ -15,8 +15,8 @@ first; eager unless another is at least its :func:`margin` times as fast per ste
 are not timed where other work keeps busy the CPUs the run would use (they would rank as
 the neighbours allow): such a run is eager and measures nothing. On the CPU the margin is
 small (1.05x) for the paths that compute the same numbers on any thread count and so may
-follow the machine's load as eager does (:data:`LOAD_FOLLOWING`: the fused kernels sum in fixed
-slices; :mod:`latentlens.training.thread_choice` checks each run), and wide (1.5x) for
+follow the machine's load as eager does (:data:`LOAD_FOLLOWING`: the fused kernels sum in
+fixed slices; :mod:`latentlens.training.thread_choice` checks each run), and wide (1.5x) for
 ``compile``, whose inductor sums split by thread: such a run keeps the thread count it
 started with, and beside one busy neighbour on 2 cores a run kept on 2 threads took 238 s
 for 1,000 steps where one down to 1 thread took 42 s (docs/benchmarks.md). On CUDA the
