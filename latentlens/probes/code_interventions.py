@@ -34,6 +34,7 @@ import torch
 from latentlens.models import pattern_hook_name
 from latentlens.probes.interventions import PARTS, rows_of
 from latentlens.probes.linear import label_permutations, ridge_decoding
+from latentlens.probes.source import last_positions_kwargs
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -84,11 +85,13 @@ def final_query_codes(
     model: HookedLike, batch: Batch, layers: Sequence[int], queries: int | None = None
 ) -> torch.Tensor:
     """The final query's codes ``[batch, layer, head, key]`` in ``layers``; with
-    ``queries``, the last ``queries`` positions' ``[batch, layer, head, queries, key]``."""
+    ``queries``, the last ``queries`` positions' ``[batch, layer, head, queries, key]``.
+    The model computes the last block's queries at those positions alone."""
     names = [pattern_hook_name(layer) for layer in layers]
     rows = -1 if queries is None else slice(-queries, None)
+    only = last_positions_kwargs(model, queries or 1)
     with torch.no_grad():
-        _, cache = model.run_with_cache(batch.inputs, names_filter=names)
+        _, cache = model.run_with_cache(batch.inputs, names_filter=names, **only)
     return torch.stack([cache[name][:, :, rows, :] for name in names], dim=1)
 
 
@@ -98,9 +101,11 @@ def run_with_final_codes(
     replaced: dict[int, torch.Tensor] | None = None,
     queries: int = 1,
 ) -> torch.Tensor:
-    """The model's output on ``inputs`` (in eval mode, without gradients) with the codes of
-    the last ``queries`` query positions of each layer in ``replaced`` put in place (layer ->
-    ``[batch, head, queries, key]``, or ``[batch, head, key]`` for one query)."""
+    """The model's output at the last ``queries`` positions ``[batch, queries, d_output]``
+    (in eval mode, without gradients) with the codes of those query positions of each layer
+    in ``replaced`` put in place (layer -> ``[batch, head, queries, key]``, or
+    ``[batch, head, key]`` for one query). The model computes the last block's queries,
+    MLP and readout at those positions alone where it can."""
     hooks = []
     for layer, codes in (replaced or {}).items():
 
@@ -115,7 +120,8 @@ def run_with_final_codes(
     model.eval()
     try:
         with torch.no_grad():
-            return model.run_with_hooks(inputs, fwd_hooks=hooks)
+            only = last_positions_kwargs(model, queries)
+            return model.run_with_hooks(inputs, fwd_hooks=hooks, **only)[:, -queries:]
     finally:
         model.train(was_training)
 
@@ -175,14 +181,21 @@ class SwapResult:
 
 
 def swap_codes(
-    model: HookedLike, batch: Batch, donor: Batch, layers: Sequence[int], donor_name: str
+    model: HookedLike,
+    batch: Batch,
+    donor: Batch,
+    layers: Sequence[int],
+    donor_name: str,
+    clean: torch.Tensor | None = None,
 ) -> SwapResult:
-    """Swap ``batch``'s final-query codes in ``layers`` for ``donor``'s (same size)."""
+    """Swap ``batch``'s final-query codes in ``layers`` for ``donor``'s (same size);
+    ``clean``: ``predictions(model, batch)`` where the caller has them already."""
     if len(donor) != len(batch):
         raise ValueError(f"donor has {len(donor)} problems, batch {len(batch)}: pass equal sizes")
     layers = tuple(layers)
     codes = final_query_codes(model, donor, layers)
-    clean, donor_run = predictions(model, batch), predictions(model, donor)
+    clean = predictions(model, batch) if clean is None else clean
+    donor_run = predictions(model, donor)
     swapped = predictions(model, batch, {layer: codes[:, i] for i, layer in enumerate(layers)})
     moved, error = fraction_moved(swapped - clean, donor_run - clean)
     return SwapResult(
@@ -339,10 +352,11 @@ def code_interventions(
     held_batch = rows_of(batch, held)
     swaps = []
     donor_generator = torch.Generator().manual_seed(seed + 1)
+    clean = predictions(model, held_batch)
     for kind in DONOR_KINDS:
         donor = donor_problems(task, held_batch, kind, donor_generator)
         for chosen in [[layer] for layer in layers] + ([layers] if len(layers) > 1 else []):
-            swaps.append(swap_codes(model, held_batch, donor, chosen, kind).to_dict())
+            swaps.append(swap_codes(model, held_batch, donor, chosen, kind, clean).to_dict())
     results["swaps"] = swaps
     if progress:
         progress("swaps")

@@ -14,7 +14,12 @@ from dataclasses import asdict, dataclass
 import torch
 
 from latentlens.models import pattern_hook_name
-from latentlens.probes.source import HookedLike, LabelledSource, forward_kwargs
+from latentlens.probes.source import (
+    HookedLike,
+    LabelledSource,
+    forward_kwargs,
+    read_positions_kwargs,
+)
 from latentlens.tasks import Batch
 
 Hook = tuple[str, Callable]
@@ -73,13 +78,20 @@ def task_metric(
     batch: Batch,
     hooks: list[Hook],
     metric: str | None = None,
+    every_position: bool = True,
 ) -> MetricReading:
     """``metric`` (default: the task's first, R² or accuracy) on ``batch`` with ``hooks``
     attached (eval mode, restored after), and on :data:`PARTS` contiguous parts of it, read
-    off the same forward pass."""
+    off the same forward pass. ``every_position=False`` lets the model compute only the
+    positions the metric reads (:func:`~latentlens.probes.source.read_positions_kwargs`),
+    for hooks whose effect there does not depend on the last block's other positions
+    (zeroing a head does; a mean over positions, or a pair's code at a fixed query
+    index, does not)."""
     was_training = model.training
     model.eval()
     inputs, options = task.model_inputs(batch), forward_kwargs(task, batch)
+    if not every_position:
+        options.update(read_positions_kwargs(model, task))
     try:
         output = model.run_with_hooks(*inputs, fwd_hooks=hooks, **options)
     finally:
@@ -112,10 +124,13 @@ def measure(
     batch: Batch,
     hooks: list[Hook],
     metric: str | None = None,
+    every_position: bool = True,
 ) -> InterventionResult:
-    """The metric on ``batch`` without and with ``hooks``."""
-    baseline = task_metric(model, task, batch, [], metric)
-    return compare(baseline, task_metric(model, task, batch, hooks, baseline.metric))
+    """The metric on ``batch`` without and with ``hooks`` (``every_position``: as in
+    :func:`task_metric`)."""
+    baseline = task_metric(model, task, batch, [], metric, every_position)
+    intervened = task_metric(model, task, batch, hooks, baseline.metric, every_position)
+    return compare(baseline, intervened)
 
 
 def head_ablation_hook(model: HookedLike, layer: int, head: int, mode: str, prefix: str) -> Hook:
@@ -148,9 +163,8 @@ def ablate_head(
 ) -> InterventionResult:
     """Replace head ``head``'s output ``z`` in ``layer`` by zeros or by its mean over the
     batch and positions (``mode``: ``zero`` or ``mean``)."""
-    return measure(
-        model, task, batch, [head_ablation_hook(model, layer, head, mode, prefix)], metric
-    )
+    hook = head_ablation_hook(model, layer, head, mode, prefix)
+    return measure(model, task, batch, [hook], metric, every_position=mode == "mean")
 
 
 def head_ablation_table(
@@ -164,7 +178,9 @@ def head_ablation_table(
     "standard_error", "change"}``
     for every head of every self-attention layer (``hook_z`` points, whatever their
     ``prefix``: ``""``, an encoder-decoder's ``"encoder."`` and ``"decoder."``, ...). The
-    baseline is measured once for the table: one forward pass per head, plus one."""
+    baseline is measured once for the table: one forward pass per head, plus one; with
+    ``mode="zero"`` each computes only the positions the metric reads
+    (``every_position=False`` of :func:`task_metric`)."""
     found = [  # in the model's order: an encoder's layers before its decoder's
         (match.group(1), int(match.group(2)), name)
         for name in model.hook_dict
@@ -172,7 +188,9 @@ def head_ablation_table(
     ]
     if not found:
         raise ValueError("the model has no blocks.{l}.attn.hook_z hook point to ablate")
-    baseline = task_metric(model, task, batch, [], metric)
+    # zeroed heads change each position alone: the last block's other positions can go
+    every = mode == "mean"
+    baseline = task_metric(model, task, batch, [], metric, every_position=every)
     rows = []
     first = rows_of(batch, slice(0, 1))
     first_inputs, first_options = task.model_inputs(first), forward_kwargs(task, first)
@@ -180,7 +198,8 @@ def head_ablation_table(
         _, cache = model.run_with_cache(*first_inputs, names_filter=[name], **first_options)
         for head in range(cache[name].shape[2]):
             hook = head_ablation_hook(model, layer, head, mode, prefix)
-            result = compare(baseline, task_metric(model, task, batch, [hook], baseline.metric))
+            reading = task_metric(model, task, batch, [hook], baseline.metric, every)
+            result = compare(baseline, reading)
             rows.append({"prefix": prefix, "layer": layer, "head": head, **result.to_dict()})
     return rows
 

@@ -15,7 +15,6 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 from sklearn.linear_model import Ridge
-from sklearn.metrics import r2_score
 from sklearn.model_selection import KFold, StratifiedKFold
 
 from latentlens.probes.logistic import fit_logistic, predict_logistic, standardise
@@ -116,6 +115,22 @@ def _check_widths(x_fit: np.ndarray, x_test: np.ndarray) -> None:
         )
 
 
+def r2_of_blocks(targets: np.ndarray, predicted: np.ndarray) -> np.ndarray:
+    """scikit-learn's ``r2_score(targets, block)`` (R² of each column, a column with no
+    variance scoring 1 if predicted exactly and 0 otherwise, then their mean) for every
+    ``targets``-wide block of ``predicted``, in one pass instead of one validated call per
+    block. Shapes: ``targets`` ``[n, k]`` (n >= 2), ``predicted`` ``[n, blocks * k]``;
+    returns ``[blocks]``."""
+    n, width = targets.shape
+    blocks = predicted.reshape(n, -1, width)
+    numerator = ((targets[:, None, :] - blocks) ** 2).sum(axis=0)  # [blocks, k]
+    denominator = ((targets - targets.mean(axis=0)) ** 2).sum(axis=0)  # [k]
+    varies = denominator != 0
+    ratio = numerator / np.where(varies, denominator, 1.0)
+    scores = np.where(varies & (numerator != 0), 1 - ratio, np.where(numerator != 0, 0.0, 1.0))
+    return scores.mean(axis=1)
+
+
 # A held-out R²'s standard error is read from its spread over this many parts of the set.
 R2_PARTS = 16
 
@@ -126,8 +141,9 @@ def r2_standard_error(targets: np.ndarray, predictions: np.ndarray) -> float | N
     parts = min(R2_PARTS, len(targets) // 4)
     if parts < 2:
         return None
+    targets, predictions = (np.reshape(a, (len(a), -1)) for a in (targets, predictions))
     pairs = zip(np.array_split(targets, parts), np.array_split(predictions, parts), strict=True)
-    values = [r2_score(y, p) for y, p in pairs]
+    values = [r2_of_blocks(y, p)[0] for y, p in pairs]
     return float(np.std(values, ddof=1) / np.sqrt(parts))
 
 
@@ -179,13 +195,11 @@ def _ridge(
     predicted = Ridge(alpha=alpha).fit(x_fit, stacked).predict(np.concatenate([x_fit, x_test]))
     width = y_fit.shape[1]
     on_fit, on_test = predicted[: len(x_fit), :width], predicted[len(x_fit) :]
-    controls = np.array([
-        r2_score(y_test, on_test[:, width * (1 + i) : width * (2 + i)]) for i in range(permutations)
-    ])  # fmt: skip
-    test = float(r2_score(y_test, on_test[:, :width]))
+    scores = r2_of_blocks(y_test, on_test)  # the decoder's, then each control's
+    test, controls = float(scores[0]), scores[1:]
     score = DecodingScore(
         metric="r2",
-        fit=float(r2_score(y_fit, on_fit)),
+        fit=float(r2_of_blocks(y_fit, on_fit)[0]),
         test=test,
         chance=0.0,
         test_se=r2_standard_error(y_test, on_test[:, :width]),

@@ -25,7 +25,12 @@ from typing import Any
 import torch
 
 from latentlens.models.registry import resolve_model_kind
-from latentlens.probes.code_interventions import DONOR_KINDS, donor_problems, swap_codes
+from latentlens.probes.code_interventions import (
+    DONOR_KINDS,
+    donor_problems,
+    predictions,
+    swap_codes,
+)
 from latentlens.probes.codes import (
     CodeSet,
     embedding_of,
@@ -113,12 +118,13 @@ def probe_fuzzy_logic(trainer: Trainer, examples: int, embedding: str, step: Cal
          **patch_latent_code(model, task, batch, source, layer, last, last).to_dict()}
         for layer in range(codes.codes.shape[1]) if layer not in constant
     ]  # fmt: skip
-    donors = torch.Generator().manual_seed(9)
+    donors, clean = torch.Generator().manual_seed(9), predictions(model, batch)
     results["code_swaps"] = [  # the final query's codes to every key, from a donor problem
-        swap_codes(model, batch, donor_problems(task, batch, kind, donors), [layer], kind).to_dict()
+        swap_codes(model, batch, donor_problems(task, batch, kind, donors), [layer], kind,
+                   clean).to_dict()
         for kind in DONOR_KINDS
         for layer in range(codes.codes.shape[1])
-    ]
+    ]  # fmt: skip
     step("interventions")
     results["protocol"] = (
         "codes: a[:, T-1, T-1] per layer and head, fixed query, split 'test' (held-out "

@@ -24,6 +24,7 @@ Every latentlens :class:`~latentlens.tasks.Task` is a labelled source; so is
 
 from __future__ import annotations
 
+import inspect
 import re
 from collections.abc import Iterator
 from typing import Any, Protocol, runtime_checkable
@@ -67,6 +68,24 @@ def forward_kwargs(source: Any, batch: Batch) -> dict[str, Any]:
     ``attention_mask``), else none."""
     method = getattr(source, "model_kwargs", None)
     return dict(method(batch)) if method is not None else {}
+
+
+def last_positions_kwargs(model: Any, positions: int | None) -> dict[str, int]:
+    """``{"last_positions": positions}`` when ``model``'s forward can compute its last
+    ``positions`` positions alone (a latentlens decoder: the last block's queries, MLP and
+    readout there only), else ``{}`` (every position, e.g. a ``TransformerBridge``)."""
+    if positions is None:
+        return {}
+    parameters = inspect.signature(model.forward).parameters
+    return {"last_positions": positions} if "last_positions" in parameters else {}
+
+
+def read_positions_kwargs(model: Any, source: Any) -> dict[str, int]:
+    """:func:`last_positions_kwargs` for the positions ``source``'s metrics read (a task's
+    ``loss_positions``; none: every position): the same metrics for less work, for hooks
+    that do not read or change the last block's other positions after its keys and
+    values."""
+    return last_positions_kwargs(model, getattr(source, "loss_positions", None))
 
 
 def check_hooked(model: Any) -> None:

@@ -111,6 +111,7 @@ def test_a_swap_is_the_donors_codes_put_in_one_problem_at_a_time(attention: str)
         output = model.run_with_hooks(one.inputs, fwd_hooks=[(pattern_hook_name(1), put)])
         slow.append(float(output[0, -1, 0]))
     clean, donor_run = predictions(model, batch), predictions(model, donor)
+    assert swap_codes(model, batch, donor, [1], "one-term", clean) == result  # clean passed in
     slow = torch.tensor(slow)
     codes = final_query_codes(model, donor, [1])
     fast = predictions(model, batch, {1: codes[:, 0]})

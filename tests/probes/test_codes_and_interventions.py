@@ -10,9 +10,11 @@ from latentlens.probes.codes import CodeSet, fuzzy_logic_codes, sraven_codes, sr
 from latentlens.probes.decoding import decoding_table
 from latentlens.probes.interventions import (
     ablate_head,
+    head_ablation_hook,
     head_ablation_table,
     patch_latent_code,
     swap_rule_codes,
+    task_metric,
 )
 from latentlens.tasks import make_task
 from latentlens.training import model_for_task
@@ -111,20 +113,31 @@ def test_head_ablation_equals_a_manual_zeroing_and_a_dead_head_changes_nothing()
 def test_head_ablation_table_measures_its_baseline_once() -> None:
     """One forward pass of the batch per head plus one for the shared baseline (it was two
     per head: 128 passes, 100 s, for SRAVEN's 64 heads on a CPU); every row equals that
-    head's own ablate_head."""
+    head's own ablate_head. Zeroing a head, each pass computes the last block at the
+    position the metric reads alone: the metric every position gives, to float32
+    rounding (relative 1e-6: the same sums blocked otherwise; the untrained model's R² is
+    near -200)."""
     task = make_task("fuzzy-logic", None, seed=0)
     model = model_for("fuzzy-logic")
     batch = task.sample(64, "test")
     sizes: list[int] = []  # the batch size of every forward pass, from a permanent hook
+    positions: list[torch.Size] = []  # the last block's [batch, positions] after its keys
     model.add_hook("hook_embed", lambda x, hook: sizes.append(len(x)), is_permanent=True)
+    last_z = f"blocks.{model.cfg.n_layers - 1}.attn.hook_z"
+    model.add_hook(last_z, lambda z, hook: positions.append(z.shape[:2]), is_permanent=True)
     try:
         rows = head_ablation_table(model, task, batch)
     finally:
         model.reset_hooks(including_permanent=True)
     assert sizes.count(len(batch)) == len(rows) + 1 == 9
+    passes = [n for examples, n in positions if examples == len(batch)]
+    assert passes == [task.loss_positions] * (len(rows) + 1)
     for row in rows:
         alone = ablate_head(model, task, batch, row["layer"], row["head"])
         assert (row["baseline"], row["intervened"]) == (alone.baseline, alone.intervened)
+        hook = head_ablation_hook(model, row["layer"], row["head"], "zero", "")
+        every = task_metric(model, task, batch, [hook], row["metric"], every_position=True)
+        assert row["intervened"] == pytest.approx(every.value, rel=1e-6)
 
 
 @pytest.mark.parametrize(

@@ -153,3 +153,23 @@ def test_classifier_controls_give_a_band_and_p_value_and_few_permutations_are_re
     assert folded.permutations == 5 and folded.p_value == pytest.approx(1 / 6)
     with pytest.raises(ValueError, match="permutations=0 is invalid"):
         ridge_decoding(codes, rules, codes, rules, permutations=0)
+
+
+def test_r2_of_blocks_is_scikit_learns_r2_of_each_block() -> None:
+    """The one-pass R² of the decoders and their controls against scikit-learn's
+    ``r2_score`` called on each block, the constant-column cases included (a column with
+    no variance scores 1 where predicted exactly, 0 otherwise)."""
+    from sklearn.metrics import r2_score
+
+    from latentlens.probes.linear import r2_of_blocks
+
+    rng = np.random.default_rng(0)
+    targets = rng.normal(size=(50, 3))
+    targets[:, 1] = 2.5  # no variance
+    predicted = targets[:, None, :] + rng.normal(size=(50, 4, 3))
+    predicted[:, 0, 1] = 2.5  # block 0 predicts the constant column exactly
+    predicted = predicted.reshape(50, 12)
+    expected = [r2_score(targets, predicted[:, 3 * b : 3 * (b + 1)]) for b in range(4)]
+    np.testing.assert_array_equal(r2_of_blocks(targets, predicted), expected)
+    one = rng.normal(size=(7, 1))
+    assert r2_of_blocks(one, one)[0] == 1.0 == r2_score(one, one)
