@@ -133,6 +133,14 @@ def measure(
     return compare(baseline, intervened)
 
 
+def ablation_reads_every_position(mode: str) -> bool:
+    """Whether an ablation in ``mode`` needs every position computed: a mean is over
+    positions, while a zeroed head changes each position alone, so the last block may
+    compute only the positions the metric reads (``every_position`` of
+    :func:`task_metric`)."""
+    return mode == "mean"
+
+
 def head_ablation_hook(model: HookedLike, layer: int, head: int, mode: str, prefix: str) -> Hook:
     """The hook that replaces head ``head``'s ``z`` in ``layer`` (see :func:`ablate_head`)."""
     if mode not in ("zero", "mean"):
@@ -164,7 +172,7 @@ def ablate_head(
     """Replace head ``head``'s output ``z`` in ``layer`` by zeros or by its mean over the
     batch and positions (``mode``: ``zero`` or ``mean``)."""
     hook = head_ablation_hook(model, layer, head, mode, prefix)
-    return measure(model, task, batch, [hook], metric, every_position=mode == "mean")
+    return measure(model, task, batch, [hook], metric, ablation_reads_every_position(mode))
 
 
 def head_ablation_table(
@@ -188,8 +196,7 @@ def head_ablation_table(
     ]
     if not found:
         raise ValueError("the model has no blocks.{l}.attn.hook_z hook point to ablate")
-    # zeroed heads change each position alone: the last block's other positions can go
-    every = mode == "mean"
+    every = ablation_reads_every_position(mode)
     baseline = task_metric(model, task, batch, [], metric, every_position=every)
     rows = []
     first = rows_of(batch, slice(0, 1))

@@ -121,7 +121,7 @@ def answers(
 ) -> torch.Tensor:
     """The answer panel the model gives ``[batch, F]``, with the last ``queries`` positions'
     codes of each layer in ``replaced`` put in place."""
-    return run_with_final_codes(model, batch.inputs, replaced, queries)[:, -queries:].argmax(-1)
+    return run_with_final_codes(model, batch.inputs, replaced, queries).argmax(-1)
 
 
 def rule_answer_on(batch: Batch, rules: torch.Tensor, num_values: int) -> torch.Tensor:
