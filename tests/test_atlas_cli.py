@@ -61,6 +61,7 @@ def test_atlas_refuses_bad_input_in_one_line(tmp_path, capsys) -> None:
         # #42: sizes are bounded before the model loads (10**18 pairs never returned)
         (["gpt2", "--examples", str(10**18)], "--examples 1000000000000000000 is invalid"),
         (["gpt2", "--seq-len", "0"], "--seq-len 0 is invalid: give an integer from 2 to 8192"),
+        (["gpt2", "--induction-sequences", "1"], "--induction-sequences 1 is invalid"),
     ):
         code = main(["atlas", *args, "--out", str(tmp_path / "out"), "--device", "cpu"])
         err = capsys.readouterr().err

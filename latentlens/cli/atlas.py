@@ -63,6 +63,11 @@ def add_atlas_parser(commands: argparse._SubParsersAction) -> None:
         help="stories TransformerLens's head detector reads (0 skips it; default: 8)",
     )  # fmt: skip
     atlas.add_argument(
+        "--induction-sequences", type=int, default=32,
+        help="repeated random sequences the causal check of the detector's induction heads "
+        "scores (seven forward passes of them; default: %(default)s)",
+    )  # fmt: skip
+    atlas.add_argument(
         "--prompt",
         help="the text the report's token-level attention viewer shows (default: a story "
         "of the text relations' grammar with a sentence repeated)",
@@ -80,6 +85,7 @@ def run_atlas_command(args: argparse.Namespace) -> int:
         ("--seq-len", args.seq_len, 2, 8192),
         ("--ablation-examples", args.ablation_examples, 1, 4096),
         ("--detector-stories", args.detector_stories, 0, 256),
+        ("--induction-sequences", args.induction_sequences, 2, 4096),
     )
     for option, value, low, high in limits:
         if not low <= value <= high:
@@ -89,6 +95,7 @@ def run_atlas_command(args: argparse.Namespace) -> int:
         args.model, out, args.examples, args.seq_len, args.device, args.seed,
         args.random_weights, not args.no_ablation, args.relation, args.padding_side,
         args.detector_stories, args.ablation_examples, args.prompt, args.batch_size,
+        args.induction_sequences,
     )  # fmt: skip
     overall = results["decoding"][0]
     print(

@@ -310,11 +310,14 @@ def atlas_pairs(
 INDUCTION_HEADS, INDUCTION_SEQUENCES, INDUCTION_HALF, INDUCTION_DRAWS = 3, 32, 20, 5
 
 
-def _induction_check(model: Any, head_types: dict[str, Any], seed: int) -> dict[str, Any]:
+def _induction_check(
+    model: Any, head_types: dict[str, Any], seed: int, sequences: int = INDUCTION_SEQUENCES
+) -> dict[str, Any]:
     """Ablate the detector's top induction heads against random heads of the same layers
-    (:func:`latentlens.probes.induction.induction_ablation`)."""
+    (:func:`latentlens.probes.induction.induction_ablation`) on ``sequences`` repeated
+    random sequences."""
     bos, special = _random_token_ends(model)
-    tokens = repeated_random_tokens(model.cfg.d_vocab, INDUCTION_SEQUENCES, INDUCTION_HALF,
+    tokens = repeated_random_tokens(model.cfg.d_vocab, sequences, INDUCTION_HALF,
                                     seed, bos_token_id=bos, exclude=special)  # fmt: skip
     heads = [(layer, head) for layer, head, _ in top_heads(head_types, "induction_head",
                                                             INDUCTION_HEADS)]  # fmt: skip
@@ -371,15 +374,17 @@ def run_atlas(
     ablation_examples: int = ABLATION_EXAMPLES,
     prompt: str | None = None,
     batch_size: int = 128,
+    induction_sequences: int = INDUCTION_SEQUENCES,
 ) -> dict[str, Any]:
     """Load ``model_name``, build its pairs of ``relation``, compute and write the atlas,
     with which query heads share key/value heads and the head detector's head types
     (``detector_stories`` stories; 0 skips the detector). The head ablations (``ablation``:
     one forward pass of ``ablation_examples`` pairs per head) and the causal check of the
-    detector's induction heads (a few forward passes) score the next token, so they run
-    on causal language models only. The report's attention viewer shows ``prompt`` (default:
-    a story of the text relations' grammar with its second sentence repeated); a model
-    without a tokenizer gets none. ``batch_size``: pairs per forward pass reading codes."""
+    detector's induction heads (seven forward passes of ``induction_sequences`` repeated
+    random sequences) score the next token, so they run on causal language models only.
+    The report's attention viewer shows ``prompt`` (default: a story of the text
+    relations' grammar with its second sentence repeated); a model without a tokenizer
+    gets none. ``batch_size``: pairs per forward pass reading codes."""
     from latentlens.pretrained.language_model import (  # noqa: PLC0415
         key_value_groups,
         load_language_model,
@@ -397,7 +402,9 @@ def run_atlas(
     if detector_stories:
         results["head_types"] = head_type_scores(model, detector_stories, seed)
         if causal:
-            results["induction_ablation"] = _induction_check(model, results["head_types"], seed)
+            results["induction_ablation"] = _induction_check(
+                model, results["head_types"], seed, induction_sequences
+            )
     viewer = None
     if getattr(model, "tokenizer", None) is not None:
         text = prompt if prompt is not None else default_prompt(seed)

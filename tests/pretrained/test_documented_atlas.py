@@ -1,10 +1,12 @@
 """Every `latentlens atlas` command the docs show on a real model (SmolLM2-135M, MiniLM),
 run as written but at a small size, so that a documented command that fails fails CI
 (#67: the natural-text atlas of docs/atlas/smollm2-135m crashed on its second batch).
-Small: three batches of codes per split, two detector stories, and no per-head ablation
-table (on SmolLM2 its 270 forward passes take minutes on a CPU; the table is tested on tiny
-models). Skipped where the models are not fetched, except under
-LATENTLENS_REQUIRE_REAL_MODELS=1 (.ci/run fetches them and sets it)."""
+Small: three batches of codes per split, two detector stories, four sequences for the
+causal check of the induction heads (its seven forward passes of 32 took 90 of the 170
+seconds each command took on a 2-core EPYC), and no per-head ablation table (on SmolLM2 its
+270 forward passes take minutes on a CPU; the table is tested on tiny models). Skipped where
+the models are not fetched, except under LATENTLENS_REQUIRE_REAL_MODELS=1 (.ci/run fetches
+them and sets it)."""
 
 from __future__ import annotations
 
@@ -22,7 +24,10 @@ from .test_real_weights import REQUIRED
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 COMMAND = re.compile(r"latentlens atlas (?:smollm2-135m|minilm-l6)[^`\n#]*")
-SMALL = {"--examples": "120", "--batch-size": "16", "--detector-stories": "2"}
+SMALL = {
+    "--examples": "120", "--batch-size": "16", "--detector-stories": "2",
+    "--induction-sequences": "4",
+}  # fmt: skip
 
 
 def small(command: str) -> list[str]:
@@ -67,4 +72,6 @@ def test_a_documented_atlas_command_runs(command: str, tmp_path: Path, capsys) -
     assert main(arguments) == 0, capsys.readouterr().err
     results = json.loads((tmp_path / "results.json").read_text())
     assert results["decoding"][0]["permutations"] == 20
+    if "induction_ablation" in results:  # causal models: the check ran at the size asked
+        assert results["induction_ablation"]["sequences"] == 4
     assert (tmp_path / "report.html").is_file()
