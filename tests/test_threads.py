@@ -162,7 +162,7 @@ def test_one_and_two_threads_train_the_same_numbers(
     if path != "eager" and cpp_compiler() is None:
         pytest.skip("the fused paths need a C compiler")
     monkeypatch.setenv("LATENTLENS_PATH", path)
-    flags = ["train", "--task", task, "--attention", attention, "--steps", "12",
+    flags = ["train", "--task", task, "--attention", attention, "--steps", "8",
              "--eval-every", "4", "--eval-examples", "128", "--warmup-steps", "4",
              "--device", "cpu", "--quiet"]  # fmt: skip
     for count in (1, 2):
@@ -170,7 +170,7 @@ def test_one_and_two_threads_train_the_same_numbers(
     configs = [json.loads((tmp_path / str(c) / "config.json").read_text()) for c in (1, 2)]
     assert [c["train"]["path"] for c in configs] == [path, path]
     one, two = ((tmp_path / str(c) / "metrics.jsonl").read_text() for c in (1, 2))
-    assert one == two and one.count("\n") >= 4 * 2
+    assert one == two and one.count("\n") >= 3 * 2  # evaluations at steps 0, 4 and 8
 
 
 def test_a_run_follows_the_load_within_its_agreeing_counts(monkeypatch: pytest.MonkeyPatch) -> None:

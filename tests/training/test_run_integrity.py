@@ -313,8 +313,10 @@ def test_the_sigkill_trial_script_finds_every_resume_bit_exact(tmp_path, capsys)
     spec = importlib.util.spec_from_file_location("sigkill_trials", script)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    assert module.main(["--trials", "2", "--seed", "3", "--out", str(tmp_path)]) == 0
-    assert "2 trials, 2 bit-exact" in capsys.readouterr().out
+    # one random kill of one run: the script's check (test_trainer kills a run too; the
+    # benchmark's claim is its 30 trials)
+    assert module.main(["--trials", "1", "--seed", "3", "--out", str(tmp_path)]) == 0
+    assert "1 trials, 1 bit-exact" in capsys.readouterr().out
     # a seed group killed while it writes its seeds' checkpoints (#42 item 4)
     args = ["--trials", "1", "--seeds", "2", "--between-writes", "--out", str(tmp_path / "g")]
     assert module.main(args) == 0
