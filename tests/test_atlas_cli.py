@@ -67,3 +67,18 @@ def test_atlas_refuses_bad_input_in_one_line(tmp_path, capsys) -> None:
         err = capsys.readouterr().err
         assert code == 2 and message in err and "Traceback" not in err
         assert len(err.strip().splitlines()) == 1, err
+
+
+def test_the_commands_sizes_default_to_the_librarys() -> None:
+    """The parser holds its defaults as literals (building it imports no torch); each is
+    run_atlas's own, so that `latentlens atlas` and the Python call compute the same atlas."""
+    import inspect
+
+    from latentlens.cli.main import build_parser
+    from latentlens.reports.atlas import run_atlas
+
+    parsed = build_parser().parse_args(["atlas", "gpt2"])
+    library = inspect.signature(run_atlas).parameters
+    for name in ("examples", "seq_len", "seed", "relation", "padding_side", "detector_stories",
+                 "ablation_examples", "batch_size", "induction_sequences"):  # fmt: skip
+        assert getattr(parsed, name) == library[name].default, name

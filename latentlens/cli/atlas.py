@@ -65,7 +65,8 @@ def add_atlas_parser(commands: argparse._SubParsersAction) -> None:
     atlas.add_argument(
         "--induction-sequences", type=int, default=32,
         help="repeated random sequences the causal check of the detector's induction heads "
-        "scores (seven forward passes of them; default: %(default)s)",
+        "scores (a forward pass of them unablated, with those heads zeroed and with each "
+        "random control; default: %(default)s)",
     )  # fmt: skip
     atlas.add_argument(
         "--prompt",

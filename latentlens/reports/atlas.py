@@ -380,11 +380,11 @@ def run_atlas(
     with which query heads share key/value heads and the head detector's head types
     (``detector_stories`` stories; 0 skips the detector). The head ablations (``ablation``:
     one forward pass of ``ablation_examples`` pairs per head) and the causal check of the
-    detector's induction heads (seven forward passes of ``induction_sequences`` repeated
-    random sequences) score the next token, so they run on causal language models only.
-    The report's attention viewer shows ``prompt`` (default: a story of the text
-    relations' grammar with its second sentence repeated); a model without a tokenizer
-    gets none. ``batch_size``: pairs per forward pass reading codes."""
+    detector's induction heads (``2 + INDUCTION_DRAWS`` forward passes of
+    ``induction_sequences`` repeated random sequences) score the next token, so they run on
+    causal language models only. The report's attention viewer shows ``prompt`` (default:
+    a story of the text relations' grammar with its second sentence repeated); a model
+    without a tokenizer gets none. ``batch_size``: pairs per forward pass reading codes."""
     from latentlens.pretrained.language_model import (  # noqa: PLC0415
         key_value_groups,
         load_language_model,
