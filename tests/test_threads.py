@@ -99,7 +99,8 @@ def train_command(run: Path) -> list[str]:
     # batch 32 x 16 positions x width 128 = SMALL_WORK: a run that takes every CPU
     return [sys.executable, "-m", "latentlens", "train", "--task", "fuzzy-logic",
             "--attention", "hyla", "--batch-size", "32", "--steps", "10", "--eval-every", "5",
-            "--eval-examples", "64", "--device", "cpu", "--quiet", "--seed", "5",
+            "--eval-examples", "64", "--tracking-examples", "256", "--device", "cpu", "--quiet",
+            "--seed", "5",
             "--run-dir", str(run)]  # fmt: skip
 
 
@@ -163,7 +164,8 @@ def test_one_and_two_threads_train_the_same_numbers(
         pytest.skip("the fused paths need a C compiler")
     monkeypatch.setenv("LATENTLENS_PATH", path)
     flags = ["train", "--task", task, "--attention", attention, "--steps", "8",
-             "--eval-every", "4", "--eval-examples", "128", "--warmup-steps", "4",
+             "--eval-every", "4", "--eval-examples", "128", "--tracking-examples", "256",
+             "--warmup-steps", "4",
              "--device", "cpu", "--quiet"]  # fmt: skip
     for count in (1, 2):
         assert main(["--threads", str(count), *flags, "--run-dir", str(tmp_path / str(count))]) == 0

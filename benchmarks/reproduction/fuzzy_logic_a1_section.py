@@ -34,7 +34,7 @@ SIZES: dict[str, dict[str, Any]] = {
                            eval_examples=1_024), probe_examples=1_024),
     "tiny": dict(model=dict(d_model=16, n_heads=4, qk_dim=8, v_dim=8, d_mlp=32),
                  train=dict(steps=20, batch_size=32, warmup_steps=5, eval_every=20,
-                            eval_examples=64), probe_examples=64),
+                            eval_examples=64, tracking_examples=256), probe_examples=64),
 }  # fmt: skip
 
 

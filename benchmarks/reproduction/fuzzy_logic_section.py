@@ -32,7 +32,7 @@ SIZES: dict[str, dict[str, Any]] = {
                 frac_tests=(0.3, 0.5, 0.7), probe_examples=2_048),
     "tiny": dict(model=dict(d_model=16, n_heads=4, qk_dim=8, v_dim=8, d_mlp=32),
                  train=dict(steps=20, batch_size=32, warmup_steps=5, eval_every=20,
-                            eval_examples=64),
+                            eval_examples=64, tracking_examples=256),
                  frac_tests=(0.3, 0.5), probe_examples=128),
 }  # fmt: skip
 MAIN_FRAC = 0.5

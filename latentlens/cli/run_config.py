@@ -17,14 +17,21 @@ MODEL_FLAGS = {"d_model": int, "n_layers": int, "n_heads": int, "qk_dim": int, "
                "d_mlp": int, "attention_dropout": float, "activation": str}  # fmt: skip
 TRAIN_FLAGS = {"steps": int, "batch_size": int, "lr": float, "weight_decay": float,
                "warmup_steps": int, "eval_every": int, "eval_examples": int, "seed": int,
-               "precision": str, "keep_checkpoints": int, "grad_clip": float}  # fmt: skip
-# Flags of the two dicts above with a closed set of values: (choices, help).
+               "precision": str, "keep_checkpoints": int, "grad_clip": float,
+               "tracking_examples": int}  # fmt: skip
+# Flags of the two dicts above with a closed set of values or a help line: (choices, help).
 FLAG_CHOICES = {
     "precision": (
         PRECISIONS,
         "fp32: strict float32 (default); tf32: float32 with CUDA matmuls on TF32 tensor "
         "cores, JAX's default on GPUs; bf16: bf16 autocast",
-    )
+    ),
+    "tracking_examples": (
+        None,
+        "examples the task's tracker reads at every evaluation (fuzzy logic's official "
+        "r2_attn_latent: default 16,000, the official code's; modular-icl: eval_examples); "
+        "even. Fewer is quicker, but the official number changes with its sample",
+    ),
 }
 TASK_FLAGS = {"support": str, "data_dir": str}
 SEQ2SEQ_FLAGS = {"fuse": str, "connection": str}

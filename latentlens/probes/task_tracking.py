@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from latentlens.probes.official import LogicLatentsTracker
+from latentlens.probes.official import OFFICIAL_EXAMPLES, LogicLatentsTracker
 from latentlens.probes.tracking import LatentDecodingTracker
 from latentlens.probes.translation import TranslationQualityTracker
 from latentlens.training import ActivationRecorder, Callback, QuantityRecorder
@@ -19,15 +19,17 @@ from latentlens.training import ActivationRecorder, Callback, QuantityRecorder
 def tracking_callbacks(config: dict[str, Any]) -> list[Callback]:
     """The recorders a run of ``config`` (a resolved run config) needs: fuzzy logic records
     the official code's ``r2_attn_latent`` (:mod:`latentlens.probes.official`), as its
-    ``LogicLatents`` callback logs it; modular-icl decodes
-    z from every layer (fit in-distribution, R² out-of-distribution); translation records
+    ``LogicLatents`` callback logs it, on its 16,000 examples; modular-icl decodes
+    z from every layer (fit in-distribution, R² out-of-distribution, ``eval_examples`` each);
+    ``train.tracking_examples`` sets either sample instead; translation records
     CTER and BLEU, the fuse weights (mean per layer and source layer) of a FUSION model and
     the routing matrix of a layer connection. Other tasks record nothing over training."""
-    task = config["task"]["name"]
+    task, train = config["task"]["name"], config["train"]
+    examples = train.get("tracking_examples")  # None: the protocol's own sample
     if task == "fuzzy-logic":
-        return [LogicLatentsTracker()]
+        return [LogicLatentsTracker(examples or OFFICIAL_EXAMPLES)]
     if task == "modular-icl":
-        return [LatentDecodingTracker(examples=config["train"]["eval_examples"])]
+        return [LatentDecodingTracker(examples=examples or train["eval_examples"])]
     if task == "translation":
         model = config["model"]
         callbacks: list[Callback] = [TranslationQualityTracker()]

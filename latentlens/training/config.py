@@ -30,6 +30,17 @@ def check_eval_examples(name: str, examples: int) -> None:
         )
 
 
+def check_tracking_examples(name: str, examples: Any) -> None:
+    """A one-line error naming ``name`` unless ``examples`` is an even integer from 4 to
+    :data:`MAX_EVAL_EXAMPLES` (fuzzy logic's tracker fits on one half, scores on the other)."""
+    valid = isinstance(examples, int) and not isinstance(examples, bool)
+    if not (valid and 4 <= examples <= MAX_EVAL_EXAMPLES and examples % 2 == 0):
+        raise ValueError(
+            f"{name}={examples!r} is invalid: give an even integer from 4 to "
+            f"{MAX_EVAL_EXAMPLES:,} (the tracker fits on one half and scores on the other)"
+        )
+
+
 PRECISIONS = ("fp32", "tf32", "bf16")
 # Optimiser settings a resumed run may change (e.g. a lower lr after a divergence); the
 # change is recorded in the run's config history.
@@ -83,6 +94,14 @@ class TrainConfig(JsonConfig):
     eager, compiled, on the fused CPU kernels, graphed on CUDA), chosen when the run starts
     (:func:`latentlens.training.fast_path.choose_path`) and kept on resume; None: chosen by
     the Trainer's options.
+    ``tracking_examples``: the sample each evaluation's over-training tracker reads
+    (:func:`latentlens.probes.tracking_callbacks`): fuzzy logic's official
+    ``r2_attn_latent`` (None: the official code's ``num_valid``, 16,000), modular ICL's
+    decoding of z (None: ``eval_examples``, of each split). Even, since fuzzy logic's
+    protocol fits on one half and scores on the other. A smaller sample is quicker (a quick
+    look, a test) but gives another number, not a noisier estimate of the official one: the
+    protocol's 10 conjugate-gradient steps and its penalty do not scale with the sample
+    (docs/methods/probes.md).
     """
 
     steps: int = 50_000
@@ -101,6 +120,7 @@ class TrainConfig(JsonConfig):
     threads: int | None = None
     thread_counts: tuple[int, ...] = ()
     path: str | None = None
+    tracking_examples: int | None = None
 
     def __post_init__(self) -> None:
         owner = "TrainConfig"
@@ -130,6 +150,8 @@ class TrainConfig(JsonConfig):
         for name in ("steps", "batch_size", "eval_every", "eval_examples", "keep_checkpoints"):
             require_positive(owner, name, getattr(self, name))
         check_eval_examples(f"{owner}.eval_examples", self.eval_examples)
+        if self.tracking_examples is not None:
+            check_tracking_examples(f"{owner}.tracking_examples", self.tracking_examples)
         require_non_negative(owner, "warmup_steps", self.warmup_steps, integer=True)
         for name in ("lr", "weight_decay", "min_lr_ratio", "grad_clip"):
             require_non_negative(owner, name, getattr(self, name))

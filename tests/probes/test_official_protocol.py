@@ -146,13 +146,23 @@ def test_the_tracker_records_every_evaluation_and_a_resume_keeps_its_own(tmp_pat
     assert records[-1]["r2_attn_latent"] == pytest.approx(final["r2_attn_latent"], abs=1e-6)
 
 
-def test_latentlens_train_records_it_and_figures_draw_it(tmp_path: Path) -> None:
+def test_latentlens_train_records_it_and_figures_draw_it(tmp_path: Path, capsys) -> None:
     from latentlens.cli import main
+    from latentlens.training import Trainer
 
     run = tmp_path / "run"
-    assert main(["train", "--task", "fuzzy-logic", "--d-model", "16", "--steps", "4",
-                 "--eval-every", "2", "--warmup-steps", "1", "--device", "cpu", "--quiet",
-                 "--run-dir", str(run)]) == 0  # fmt: skip
-    assert [r["step"] for r in read_logic_latents(run)] == [0, 2, 4]
+    command = ["train", "--task", "fuzzy-logic", "--d-model", "16", "--steps", "4", "--eval-every",
+               "2", "--warmup-steps", "1", "--device", "cpu", "--quiet"]  # fmt: skip
+    assert main([*command, "--tracking-examples", "200", "--run-dir", str(run)]) == 0
+    records = read_logic_latents(run)
+    assert [r["step"] for r in records] == [0, 2, 4]
+    trained = Trainer.load(run, device="cpu")  # the last record read the flag's 200 examples
+    assert trained.config["train"]["tracking_examples"] == 200
+    final = logic_latents(trained.model, trained.task, examples=200)["r2_attn_latent"]
+    assert records[-1]["r2_attn_latent"] == pytest.approx(final, abs=1e-6)
+    assert final != pytest.approx(logic_latents(trained.model, trained.task, 400)["r2_attn_latent"])
+    assert main([*command, "--tracking-examples", "201", "--run-dir", str(tmp_path / "odd")]) == 2
+    assert "tracking_examples=201 is invalid: give an even integer" in capsys.readouterr().err
+    assert not (tmp_path / "odd").exists()
     assert main(["figures", str(run), "--formats", "png"]) == 0
     assert (run / "figures" / "logic_latents_over_training.png").is_file()

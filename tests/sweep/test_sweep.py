@@ -30,7 +30,7 @@ from latentlens.training import (
 BASE = {
     "model": {"d_model": 16, "n_heads": 2, "qk_dim": 8, "v_dim": 8, "d_mlp": 32},
     "train": {"steps": 20, "eval_every": 10, "batch_size": 16, "eval_examples": 32,
-              "warmup_steps": 2},
+              "tracking_examples": 256, "warmup_steps": 2},
 }  # fmt: skip
 
 

@@ -37,7 +37,7 @@ from latentlens.training import (
 TINY_MODEL = dict(d_model=32, n_heads=4, qk_dim=8, v_dim=8, d_mlp=64, n_layers=2)
 TINY_FLAGS = ["--d-model", "32", "--n-heads", "4", "--qk-dim", "8", "--v-dim", "8",
               "--d-mlp", "64", "--batch-size", "32", "--eval-examples", "64",
-              "--warmup-steps", "5"]  # fmt: skip
+              "--tracking-examples", "256", "--warmup-steps", "5"]  # fmt: skip
 
 
 def tiny_config(steps: int = 40, attention: str = "softmax", **train) -> dict:
@@ -50,6 +50,7 @@ def tiny_config(steps: int = 40, attention: str = "softmax", **train) -> dict:
             eval_every=20,
             batch_size=32,
             eval_examples=64,
+            tracking_examples=256,
             warmup_steps=5,
             **train,
         ),
