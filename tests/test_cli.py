@@ -210,14 +210,15 @@ def test_a_schedule_longer_than_the_run_is_named_before_it_starts(tmp_path, caps
     """SRAVEN's defaults (warm-up and evaluation every 1,000 steps) kept for a 400-step run
     never left warm-up and drew two curve points, without a word."""
     flags = ["train", "--task", "fuzzy-logic", "--d-model", "16", "--steps", "4",
-             "--eval-every", "8", "--device", "cpu", "--quiet",
+             "--eval-every", "8", "--device", "cpu", "--quiet", "--tracking-examples", "256",
              "--run-dir", str(tmp_path / "r")]  # fmt: skip
     assert main(flags) == 0
     err = capsys.readouterr().err
     assert "warning: warmup_steps=100 is not shorter than steps=4" in err
     assert "warning: eval_every=8 is not shorter than steps=4" in err
     assert main([*flags[:7], "--warmup-steps", "1", "--eval-every", "2", "--device", "cpu",
-                 "--quiet", "--run-dir", str(tmp_path / "ok")]) == 0  # fmt: skip
+                 "--quiet", "--tracking-examples", "256",
+                 "--run-dir", str(tmp_path / "ok")]) == 0  # fmt: skip
     assert "warning" not in capsys.readouterr().err
 
 

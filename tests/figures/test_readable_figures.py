@@ -215,7 +215,7 @@ def test_a_run_named_with_dollar_signs_is_drawn_as_written(tmp_path: Path) -> No
     run = tmp_path / r"r$\frac{a}{$"
     assert main(["train", "--task", "fuzzy-logic", "--d-model", "16", "--steps", "2",
                  "--eval-every", "1", "--warmup-steps", "0", "--device", "cpu", "--quiet",
-                 "--run-dir", str(run)]) == 0  # fmt: skip
+                 "--tracking-examples", "256", "--run-dir", str(run)]) == 0  # fmt: skip
     assert main(["figures", str(run), "--formats", "png,svg"]) == 0
     assert r"r$\frac{a}{$" in (run / "figures" / "metrics.svg").read_text()
 

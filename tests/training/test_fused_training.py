@@ -243,7 +243,7 @@ def test_train_fused_from_the_command_line(tmp_path: Path, capsys) -> None:
 
     flags = ["train", "--task", "fuzzy-logic", "--attention", "hyla", "--d-model", "16",
              "--steps", "4", "--warmup-steps", "1", "--eval-every", "2", "--device", "cpu",
-             "--quiet", "--fused"]  # fmt: skip
+             "--quiet", "--fused", "--tracking-examples", "256"]  # fmt: skip
     assert main([*flags, "--run-dir", str(tmp_path / "run")]) == 0
     assert (tmp_path / "run" / "config.json").is_file()
     assert main([*flags, "--seeds", "0", "1", "--run-dir", str(tmp_path / "group")]) == 2

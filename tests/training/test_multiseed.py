@@ -235,8 +235,8 @@ def test_a_graphed_group_resumed_ends_as_an_uninterrupted_one(tmp_path: Path) ->
 def test_the_cli_trains_and_resumes_seeds_together(tmp_path: Path, capsys) -> None:
     base = tmp_path / "sweep"
     flags = ["--task", "fuzzy-logic", "--attention", "linear", "--d-model", "16", "--steps",
-             "20", "--eval-every", "10", "--eval-examples", "32", "--batch-size", "16",
-             "--device", "cpu", "--quiet"]  # fmt: skip
+             "20", "--eval-every", "10", "--eval-examples", "32", "--tracking-examples", "256",
+             "--batch-size", "16", "--device", "cpu", "--quiet"]  # fmt: skip
     assert main(["train", *flags, "--seeds", "0", "5", "--run-dir", str(base)]) == 0
     out = capsys.readouterr().out
     for seed in (0, 5):
