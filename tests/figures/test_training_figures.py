@@ -58,7 +58,7 @@ def test_metric_curves_plot_each_split_and_run(tmp_path: Path) -> None:
 
 
 def test_save_figure_cuts_every_file_as_savefig_tight_does_from_one_layout(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from matplotlib.figure import Figure  # noqa: PLC0415
     from PIL import Image  # noqa: PLC0415
@@ -73,6 +73,13 @@ def test_save_figure_cuts_every_file_as_savefig_tight_does_from_one_layout(
     drawing = svg.read_text()
     assert drawing[drawing.index("<svg") :] in page.read_text()
     assert type(figure.get_layout_engine()).__name__ == "ConstrainedLayoutEngine"
+    # three passes over the figure for two files: the layout, the SVG, the PNG (savefig
+    # adds a layout pass to each file of a figure that keeps any layout engine: five)
+    draws = []
+    original = Figure.draw
+    monkeypatch.setattr(Figure, "draw", lambda self, r: draws.append(r) or original(self, r))
+    save_figure(figure, tmp_path / "counted", formats=("png", "svg"))
+    assert len(draws) == 3
     # a figure without a layout engine is saved too, and left without one
     plain = Figure()
     plain.subplots().plot([0, 1])
