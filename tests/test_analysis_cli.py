@@ -192,7 +192,8 @@ def test_figures_of_several_runs_draw_them_side_by_side(tmp_path: Path, capsys) 
         args = ["train", "--attention", run.name, "--d-model", "16", "--n-heads", "4",
                 "--qk-dim", "8", "--v-dim", "8", "--d-mlp", "32", "--steps", "4",
                 "--eval-every", "2", "--batch-size", "16", "--eval-examples", "32",
-                "--run-dir", str(run), "--quiet", "--device", "cpu"]  # fmt: skip
+                "--tracking-examples", "256", "--run-dir", str(run), "--quiet",
+                "--device", "cpu"]  # fmt: skip
         assert main(args) == 0
     # Every run is checked before the first is probed: a missing one changes nothing.
     options = ["--examples", "64", "--quiet", "--device", "cpu"]

@@ -23,7 +23,8 @@ from latentlens.training.distributed import DistributedContext, shutdown_distrib
 FLAGS = ["train", "--task", "fuzzy-logic", "--attention", "hyla", "--d-model", "32",
          "--n-heads", "4", "--qk-dim", "8", "--v-dim", "8", "--d-mlp", "64",
          "--attention-dropout", "0", "--batch-size", "32", "--steps", "30",
-         "--eval-every", "10", "--eval-examples", "64", "--warmup-steps", "5",
+         "--eval-every", "10", "--eval-examples", "64", "--tracking-examples", "256",
+         "--warmup-steps", "5",
          "--lr", "3e-3", "--device", "cpu", "--quiet"]  # fmt: skip
 
 
