@@ -20,8 +20,11 @@ fixed slices; :mod:`latentlens.training.thread_choice` checks each run), and wid
 ``compile``, whose inductor sums split by thread: such a run keeps the thread count it
 started with, and beside one busy neighbour on 2 cores a run kept on 2 threads took 238 s
 for 1,000 steps where one down to 1 thread took 42 s (docs/benchmarks.md). On CUDA the
-CPU's load barely matters (1.05x). Runs shorter than :data:`CALIBRATE_FROM` steps are not
-calibrated: they run eagerly, as compiling would not repay itself. The measurement is
+CPU's load barely matters (1.05x). Runs shorter than :data:`CALIBRATE_FROM` steps do not
+compile, which would not repay itself: from :data:`CALIBRATE_UNCOMPILED_FROM` steps they
+time the paths that compile nothing (eager and the fused kernels, which are built once per
+machine: the demo's 3,000-step HYLA run took 24 steps/s fused and 18 eager on a 2-core
+AVX2 EPYC, for about 6 s of timing), and shorter ones run eagerly. The measurement is
 cached per machine and model shape (``~/.cache/latentlens/fast_paths.json``, or
 ``$LATENTLENS_CACHE``), and the chosen path is recorded in the run's config
 (``train.path``), so that a resume computes the same way.
@@ -57,8 +60,11 @@ OPTIONS = {
     "graphs": {"compile": False, "fused": False, "cuda_graphs": True},
     "compile-graphs": {"compile": True, "fused": False, "cuda_graphs": True},
 }
-# Below this many steps a run is not calibrated: eager, no compilation to repay.
+# Below this many steps a run compiles nothing: no compilation to repay.
 CALIBRATE_FROM = 5_000
+# Below this many steps a run is not calibrated at all: eager (timing the paths that
+# compile nothing takes about 70 steps of each).
+CALIBRATE_UNCOMPILED_FROM = 1_000
 # Another path must be this many times as fast as eager to be chosen over it: per device,
 # and on the CPU per whether the path may follow the load (LOAD_FOLLOWING) or not.
 MARGIN = {"cpu": 1.5, "cuda": 1.05}
@@ -68,7 +74,7 @@ LOAD_FOLLOWING = frozenset({"eager", "fused", "fused-compile"})
 # Steps per path before timing (compilation, the allocator's first sizes), then rounds
 # of steps per path in turn (:func:`calibrate`).
 WARM_UP_STEPS, ROUNDS, ROUND_STEPS = 3, 3, 10
-CACHE_VERSION = 2  # 2: paths timed in turns, each its fastest round
+CACHE_VERSION = 3  # 2: paths timed in turns, each its fastest round; 3: the paths tried
 # A path to take instead of measuring (e.g. ``eager`` for scripts and test suites).
 ENVIRONMENT = "LATENTLENS_PATH"
 
@@ -104,10 +110,12 @@ def path_of(compile: bool, fused: bool, cuda_graphs: bool) -> str:
 @dataclass(frozen=True)
 class Calibration:
     """Steps per second of each path timed (``rates``) and the seconds its first steps
-    took beyond a timed step's (``start_seconds``: compiling, building kernels)."""
+    took beyond a timed step's (``start_seconds``: compiling, building kernels); ``tried``:
+    the paths it tried, those that do not apply to the model (no rate) included."""
 
     rates: dict[str, float]
     start_seconds: dict[str, float]
+    tried: tuple[str, ...] = ()
 
     def finish_seconds(self, path: str, steps: int) -> float:
         """Seconds ``path`` takes for ``steps`` steps, its start included."""
@@ -188,7 +196,8 @@ def read_cached(device: torch.device, config: dict[str, Any]) -> Calibration | N
     the cache is unreadable or lacks eager's rate: it is only a cache)."""
     try:
         entry = json.loads(cache_path().read_text())[_cache_id(device, config)]
-        found = Calibration(dict(entry["rates"]), dict(entry["start_seconds"]))
+        found = Calibration(dict(entry["rates"]), dict(entry["start_seconds"]),
+                            tuple(entry["tried"]))  # fmt: skip
     except (OSError, ValueError, KeyError, TypeError):
         return None
     return found if "eager" in found.rates else None
@@ -203,7 +212,7 @@ def write_cached(device: torch.device, config: dict[str, Any], found: Calibratio
             entries = entries if isinstance(entries, dict) else {}
         except (OSError, ValueError):
             entries = {}
-        entries[_cache_id(device, config)] = {"rates": found.rates,
+        entries[_cache_id(device, config)] = {"rates": found.rates, "tried": list(found.tried),
                                               "start_seconds": found.start_seconds}  # fmt: skip
         path.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False) as handle:
@@ -250,6 +259,7 @@ def calibrate(paths: list[str], make_step: StepFactory, sync: Callable[[], None]
     return Calibration(
         {path: 1.0 / fastest[path] for path in steps},
         {path: max(0.0, built_seconds[path] - WARM_UP_STEPS * fastest[path]) for path in steps},
+        tuple(paths),
     )
 
 
@@ -285,10 +295,18 @@ def choose_path(
     steps = int(config["train"]["steps"])
     if paths == ["eager"]:
         return Choice("eager", "no other path runs here")
+    if steps < CALIBRATE_UNCOMPILED_FROM:
+        return Choice("eager", f"a run of {steps:,} steps (under "
+                               f"{CALIBRATE_UNCOMPILED_FROM:,}) would not repay timing the "
+                               "paths")  # fmt: skip
     if steps < CALIBRATE_FROM:
-        return Choice("eager", f"a run of {steps:,} steps (under {CALIBRATE_FROM:,}) would "
-                               "not repay compiling")  # fmt: skip
+        paths = [path for path in paths if not OPTIONS[path]["compile"]]
+        if paths == ["eager"]:
+            return Choice("eager", f"a run of {steps:,} steps (under {CALIBRATE_FROM:,}) "
+                                   "would not repay compiling")  # fmt: skip
     found = read_cached(device, config)
+    if found is not None and not set(paths) <= set(found.tried):
+        found = None  # timed for a shorter run, without the compiled paths: time them all
     cpus = available_cpus()
     wanted = min(config["train"].get("threads") or cpus, cpus)  # a run of fewer threads
     if found is None and device.type == "cpu" and busy_elsewhere(cpus) > cpus - wanted:
@@ -301,4 +319,5 @@ def choose_path(
         write_cached(device, config, found)
     kept = [p for p in paths if p in found.rates]
     return pick(Calibration({p: found.rates[p] for p in kept},
-                            {p: found.start_seconds[p] for p in kept}), steps, device)  # fmt: skip
+                            {p: found.start_seconds[p] for p in kept}, tuple(paths)),
+                steps, device)  # fmt: skip

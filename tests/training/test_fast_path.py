@@ -14,6 +14,7 @@ from latentlens.threads import available_cpus
 from latentlens.training import fast_path
 from latentlens.training.fast_path import (
     CALIBRATE_FROM,
+    CALIBRATE_UNCOMPILED_FROM,
     Calibration,
     calibrate,
     candidates,
@@ -157,6 +158,42 @@ def test_short_runs_are_eager_without_calibrating_and_long_ones_are_cached(
     monkeypatch.setattr(fast_path, "code_digest", lambda: "another version")
     choose_path(_config(CALIBRATE_FROM), CPU, ["eager", "compile"], make_step)
     assert built == ["eager", "compile"] * 3
+
+
+def test_mid_length_runs_time_the_paths_that_compile_nothing(tmp_path: Path, monkeypatch) -> None:
+    """From CALIBRATE_UNCOMPILED_FROM steps a run times eager and the fused kernels (built
+    once per machine) but no compiled path; a long run of the same shapes then times every
+    path, and a mid-length run after it reads those rates."""
+    monkeypatch.setenv("LATENTLENS_CACHE", str(tmp_path))
+    monkeypatch.setattr(fast_path, "busy_elsewhere", lambda cpus: 0)
+    clock = FakeClock()
+    monkeypatch.setattr(fast_path.time, "perf_counter", clock)
+    costs = {"eager": 0.04, "fused": 0.03, "compile": 0.035, "fused-compile": 0.01}
+    built: list[str] = []
+
+    def make_step(path: str):
+        built.append(path)
+
+        def step() -> None:
+            clock.now += costs[path]
+
+        return step
+
+    paths = ["eager", "compile", "fused", "fused-compile"]
+    short = choose_path(_config(CALIBRATE_UNCOMPILED_FROM - 1), CPU, paths, make_step)
+    assert short.path == "eager" and "would not repay timing the paths" in short.reason
+    assert built == []
+    middle = choose_path(_config(CALIBRATE_UNCOMPILED_FROM), CPU, paths, make_step)
+    assert built == ["eager", "fused"] and middle.path == "fused"  # 1.33x, over 1.05x
+    assert set(middle.calibration.rates) == {"eager", "fused"}
+    long = choose_path(_config(CALIBRATE_FROM), CPU, paths, make_step)
+    assert built == ["eager", "fused", *paths] and long.path == "fused-compile"
+    again = choose_path(_config(CALIBRATE_FROM - 1), CPU, paths, make_step)
+    assert len(built) == 6 and again.path == "fused"  # the long run's rates, no compiling
+    # without a C compiler (no fused path) only eager is left: nothing timed
+    built.clear()
+    assert choose_path(_config(CALIBRATE_FROM - 1), CPU, ["eager", "compile"],
+                       make_step).path == "eager" and built == []  # fmt: skip
 
 
 def test_the_code_digest_follows_the_kernels_and_the_models(tmp_path: Path) -> None:
