@@ -11,7 +11,6 @@ from typing import Any
 from latentlens.models.config import VARIANTS
 from latentlens.training import RunDirectory, TrainConfig, Trainer, list_checkpoints, model_for_task
 from latentlens.training.config import same_training
-from latentlens.training.fast_path import requested_path
 from latentlens.training.trainer import choose_run_path
 from latentlens.zoo import STAMP as ZOO_STAMP
 from latentlens.zoo import run_directory as zoo_run_directory
@@ -60,8 +59,8 @@ SIZES = {
 def train_variant(run: Path, variant: str, size: DemoSize, steps: int | None, device: str,
                   quiet: bool, seed: int) -> None:  # fmt: skip
     """Train one variant into ``run``; a finished run is kept, an interrupted one resumed.
-    A new run computes its step as ``latentlens train`` would: the path ``$LATENTLENS_PATH``
-    names, else the fastest measured here (:func:`~latentlens.training.trainer.choose_run_path`)."""
+    A new run computes its step as ``latentlens train`` would
+    (:func:`~latentlens.training.trainer.choose_run_path`)."""
     train = {**size.train, "seed": seed, **({"steps": steps} if steps else {})}
     config = Trainer.resolve_config(
         "fuzzy-logic",
@@ -80,7 +79,7 @@ def train_variant(run: Path, variant: str, size: DemoSize, steps: int | None, de
         if done[-1][0] < config["train"]["steps"]:
             Trainer.resume(run, device=device, quiet=quiet).train()
         return
-    path = requested_path() or choose_run_path(config, device).path
+    path = choose_run_path(config, device).path
     config = {**config, "train": {**config["train"], "path": path}}
     Trainer.create(run, config, device=device, quiet=quiet).train()
 

@@ -77,6 +77,7 @@ WARM_UP_STEPS, ROUNDS, ROUND_STEPS = 3, 3, 10
 CACHE_VERSION = 3  # 2: paths timed in turns, each its fastest round; 3: the paths tried
 # A path to take instead of measuring (e.g. ``eager`` for scripts and test suites).
 ENVIRONMENT = "LATENTLENS_PATH"
+REQUESTED = f"named by ${ENVIRONMENT}"  # the reason of a path taken from it
 
 
 def options_of(path: str) -> dict[str, bool]:

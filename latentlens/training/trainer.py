@@ -52,7 +52,15 @@ from latentlens.training.checkpointing import Checkpointing
 from latentlens.training.config import TrainConfig, same_training
 from latentlens.training.distributed import init_distributed
 from latentlens.training.evaluation import Evaluation
-from latentlens.training.fast_path import Choice, candidates, choose_path, options_of, path_of
+from latentlens.training.fast_path import (
+    REQUESTED,
+    Choice,
+    candidates,
+    choose_path,
+    options_of,
+    path_of,
+    requested_path,
+)
 from latentlens.training.graphs import GraphedStep
 from latentlens.training.loop import TrainingLoop
 from latentlens.training.memory import check_fits
@@ -336,8 +344,12 @@ def train_or_resume(
 
 
 def choose_run_path(config: dict[str, Any], device: str = "auto") -> Choice:
-    """The fastest path for a new run of ``config`` on this machine
-    (:func:`latentlens.training.fast_path.choose_path`), timed on throwaway trainers."""
+    """The path for a new run of ``config``: the one ``$LATENTLENS_PATH`` names, else the
+    fastest on this machine (:func:`latentlens.training.fast_path.choose_path`), timed on
+    throwaway trainers."""
+    requested = requested_path()
+    if requested is not None:
+        return Choice(requested, REQUESTED)
     resolved = resolve_device(device)
     task_cls = TASKS[config["task"]["name"]][0]
     paths = candidates(resolved, task_cls.graph_capturable, cpp_compiler() is not None)
