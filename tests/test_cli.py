@@ -87,6 +87,35 @@ def test_quick_commands_do_not_load_scikit_learn() -> None:
     assert result.stdout.strip() == "False"
 
 
+def test_training_start_up_loads_neither_the_probe_libraries_nor_dynamo_for_the_count() -> None:
+    """Before its first step `latentlens train` imports its trackers (latentlens.probes)
+    and counts the model's parameters on the meta device: without scikit-learn and SciPy's
+    statistics (1.5 s, for probing only) and without torch._dynamo, which torch's meta
+    ``normal_`` imports (1.9 s; the optimizer imports it later, for training only)."""
+    code = (
+        "import sys, torch\n"
+        "from latentlens.models import TransformerConfig\n"
+        "from latentlens.probes import tracking_callbacks\n"
+        "from latentlens.training.memory import parameter_count\n"
+        "config = TransformerConfig.preset('fuzzy-logic', attention='hyla')\n"
+        "assert parameter_count('transformer', config) > 0\n"
+        "print([m for m in ('sklearn', 'scipy.stats', 'torch._dynamo') if m in sys.modules])\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+
+
+def test_the_probes_public_names_are_all_there_though_imported_on_first_use() -> None:
+    import latentlens.probes as probes  # noqa: PLC0415
+
+    for name in probes.__all__:
+        assert getattr(probes, name).__module__.startswith("latentlens.probes."), name
+        assert name in dir(probes)
+    with pytest.raises(AttributeError, match="has no attribute 'nope'"):
+        probes.nope  # noqa: B018
+
+
 def test_output_cut_short_by_its_reader_ends_quietly() -> None:
     """`latentlens inspect | head -1`: no BrokenPipeError traceback."""
     exe = shutil.which("latentlens")

@@ -37,6 +37,8 @@ def embedding_normal_(tensor: torch.Tensor, fan_in: int) -> torch.Tensor:
     features of an embedding, the buckets of a relative-position table ``[heads,
     buckets]``), whatever the number of rows.
     """
+    if tensor.is_meta:  # no values to draw; torch's meta normal_ imports torch._dynamo (2 s)
+        return tensor
     with torch.no_grad():
         return nn.init.normal_(tensor, mean=0.0, std=1.0 / math.sqrt(fan_in))
 

@@ -67,14 +67,14 @@ class RelativePositionBias(nn.Module):
         self.bidirectional = bidirectional
         self.table = nn.Parameter(torch.empty(n_heads, num_buckets))
         # Buckets of the first max_distance positions, precomputed so that the forward pass
-        # is a slice and a gather (static, no host work: friendly to torch.compile).
-        self.register_buffer(
-            "bucket_grid",
-            relative_position_buckets(
-                max_distance, max_distance, num_buckets, max_distance, bidirectional
-            ),
-            persistent=False,
+        # is a slice and a gather (static, no host work: friendly to torch.compile). They
+        # are computed on the CPU and moved to the device the module is built on: built on
+        # the meta device (latentlens.training.memory counts parameters so), the arithmetic
+        # would run through torch's decompositions and import torch._dynamo (about 2 s).
+        grid = relative_position_buckets(
+            max_distance, max_distance, num_buckets, max_distance, bidirectional, device="cpu"
         )
+        self.register_buffer("bucket_grid", grid.to(torch.get_default_device()), persistent=False)
 
     def forward(self, q_len: int, k_len: int, query_start: int = 0) -> torch.Tensor:
         q_end = query_start + q_len

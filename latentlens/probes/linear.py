@@ -14,8 +14,6 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 import torch
-from sklearn.linear_model import Ridge
-from sklearn.model_selection import KFold, StratifiedKFold
 
 from latentlens.probes.logistic import fit_logistic, predict_logistic, standardise
 
@@ -192,6 +190,8 @@ def _ridge(
     orders = label_permutations(len(y_fit), permutations, seed)
     # every permutation's targets side by side: ridge solves each column on its own
     stacked = np.concatenate([y_fit] + [y_fit[order] for order in orders], axis=1)
+    from sklearn.linear_model import Ridge  # noqa: PLC0415 (scikit-learn loads slowly: 1.2 s)
+
     predicted = Ridge(alpha=alpha).fit(x_fit, stacked).predict(np.concatenate([x_fit, x_test]))
     width = y_fit.shape[1]
     on_fit, on_test = predicted[: len(x_fit), :width], predicted[len(x_fit) :]
@@ -311,12 +311,16 @@ def cross_validated_decoding(
                 f"the rarest class has {counts.min()} examples, fewer than folds={folds}; "
                 "lower folds or sample more examples"
             )
+        from sklearn.model_selection import StratifiedKFold  # noqa: PLC0415 (slow import)
+
         splitter = StratifiedKFold(folds, shuffle=True, random_state=seed)
         results = [
             _classifier(x[fit], y[fit], x[test], y[test], seed, permutations)
             for fit, test in splitter.split(x, y)
         ]
     else:
+        from sklearn.model_selection import KFold  # noqa: PLC0415 (slow import)
+
         splitter = KFold(folds, shuffle=True, random_state=seed)
         alpha = options.get("alpha", 1.0)
         results = [

@@ -34,6 +34,17 @@ def test_bidirectional_buckets_separate_before_and_after() -> None:
     assert int(grid[2, 2]) == 0
 
 
+@pytest.mark.parametrize("device", ["cpu", "meta"])
+def test_the_precomputed_grid_lives_on_the_device_the_bias_is_built_on(device: str) -> None:
+    """Computed on the CPU and moved (on the meta device, where the fit check counts
+    parameters, the arithmetic itself would import torch._dynamo)."""
+    with torch.device(device):
+        bias = RelativePositionBias(n_heads=2, num_buckets=8, max_distance=12, bidirectional=True)
+    assert bias.bucket_grid.device.type == device
+    if device == "cpu":
+        assert torch.equal(bias.bucket_grid, relative_position_buckets(12, 12, 8, 12, True))
+
+
 def test_bias_longer_than_its_grid_still_follows_the_formula() -> None:
     bias = RelativePositionBias(n_heads=2, num_buckets=4, max_distance=4)
     torch.nn.init.normal_(bias.table)

@@ -114,7 +114,10 @@ def test_umap_is_imported_only_when_asked_for_and_separates_planted_clusters() -
     import subprocess
     import sys
 
-    probe = "import sys, latentlens.probes, latentlens.figures; print('umap' in sys.modules)"
+    probe = (
+        "import sys, latentlens.probes.atlas, latentlens.probes.structure, latentlens.figures; "
+        "print('umap' in sys.modules)"
+    )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     assert done.stdout.strip() == "False", done.stderr
     rng = np.random.default_rng(0)
