@@ -159,6 +159,7 @@ class DecoderTransformer(HookedModel):
         inputs: torch.Tensor,
         key_mask: torch.Tensor | None = None,
         last_positions: int | None = None,
+        start_at_layer: int | None = None,
     ) -> torch.Tensor:
         """Outputs ``[batch, pos, d_output]``; ``key_mask`` ``[batch, pos]`` bool marks real
         (True) and padding (False) positions.
@@ -168,25 +169,50 @@ class DecoderTransformer(HookedModel):
         computes its queries, MLP and readout at those positions alone (its keys and values
         at every position), which is all a loss on them needs. Its hooks after the
         attention then hold those n positions.
+
+        ``start_at_layer`` l (TransformerLens's argument of that name): ``inputs`` is the
+        residual stream entering block l, ``[batch, pos, d_model]`` (e.g. a cache's
+        ``blocks.{l}.hook_resid_pre``), and only blocks l, l + 1, ... run on it, on the
+        unfused path: an intervention from block l on needs nothing before it recomputed.
         """
-        inputs = self._check_inputs(inputs)
+        if start_at_layer is None:
+            inputs = self._check_inputs(inputs)
+        else:
+            self._check_residual(inputs, start_at_layer)
         pos = inputs.shape[1]
         if last_positions is not None and not 1 <= last_positions <= pos:
             raise ValueError(
                 f"last_positions={last_positions} is not in [1, {pos}] (the input's "
                 "positions); pass None for every position"
             )
-        if self._fused_stream_applies(inputs):
+        if start_at_layer is not None:
+            resid, start_at = inputs, start_at_layer
+        elif self._fused_stream_applies(inputs):
             return self._fused_stream(inputs, key_mask, last_positions)
-        resid = self.hook_embed(self.embed(inputs))
-        if self.cfg.absolute_position:
-            positions = self.pos_encoding[: inputs.shape[1]].expand(inputs.shape[0], -1, -1)
-            resid = resid + self.hook_pos_embed(positions)
+        else:
+            resid, start_at = self.hook_embed(self.embed(inputs)), 0
+            if self.cfg.absolute_position:
+                positions = self.pos_encoding[:pos].expand(inputs.shape[0], -1, -1)
+                resid = resid + self.hook_pos_embed(positions)
         final = len(self.blocks) - 1
-        for layer, block in enumerate(self.blocks):
+        for layer in range(start_at, len(self.blocks)):
             keep = last_positions if layer == final and last_positions != pos else None
-            resid = block(resid, key_mask=key_mask, last_positions=keep)
+            resid = self.blocks[layer](resid, key_mask=key_mask, last_positions=keep)
         return self.unembed(self.ln_final(resid))
+
+    def _check_residual(self, resid: torch.Tensor, layer: int) -> None:
+        """A clear error unless ``resid`` can enter block ``layer``."""
+        if not 0 <= layer < len(self.blocks):
+            raise ValueError(
+                f"start_at_layer={layer} is not a block of this {len(self.blocks)}-layer model"
+            )
+        check_input("inputs", resid, (None, None, self.cfg.d_model), "[batch, pos, d_model]")
+        check_dtype("inputs", resid, self)
+        if resid.shape[1] > self.cfg.n_ctx:
+            raise ValueError(
+                f"inputs has {resid.shape[1]} positions, more than the model's "
+                f"n_ctx={self.cfg.n_ctx}"
+            )
 
     def _stream_hooks(self) -> list[HookPoint]:
         """The hook points on the residual stream and in the MLPs (not the attention's)."""

@@ -81,18 +81,28 @@ def donor_problems(
     return task.problems(torch.tensor(donors, device=task.device), x.to(task.device))
 
 
+def final_query_run(
+    model: HookedLike, batch: Batch, layers: Sequence[int], queries: int | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The output at the last ``queries or 1`` positions ``[batch, queries, d_output]``
+    and the codes :func:`final_query_codes` returns, from one pass. The model computes the
+    last block's queries at those positions alone."""
+    names = [pattern_hook_name(layer) for layer in layers]
+    rows = -1 if queries is None else slice(-queries, None)
+    only = last_positions_kwargs(model, queries or 1)
+    with torch.no_grad():
+        output, cache = model.run_with_cache(batch.inputs, names_filter=names, **only)
+    codes = torch.stack([cache[name][:, :, rows, :] for name in names], dim=1)
+    return output[:, -(queries or 1) :], codes
+
+
 def final_query_codes(
     model: HookedLike, batch: Batch, layers: Sequence[int], queries: int | None = None
 ) -> torch.Tensor:
     """The final query's codes ``[batch, layer, head, key]`` in ``layers``; with
     ``queries``, the last ``queries`` positions' ``[batch, layer, head, queries, key]``.
     The model computes the last block's queries at those positions alone."""
-    names = [pattern_hook_name(layer) for layer in layers]
-    rows = -1 if queries is None else slice(-queries, None)
-    only = last_positions_kwargs(model, queries or 1)
-    with torch.no_grad():
-        _, cache = model.run_with_cache(batch.inputs, names_filter=names, **only)
-    return torch.stack([cache[name][:, :, rows, :] for name in names], dim=1)
+    return final_query_run(model, batch, layers, queries)[1]
 
 
 def run_with_final_codes(
@@ -193,9 +203,14 @@ def swap_codes(
     if len(donor) != len(batch):
         raise ValueError(f"donor has {len(donor)} problems, batch {len(batch)}: pass equal sizes")
     layers = tuple(layers)
-    codes = final_query_codes(model, donor, layers)
+    was_training = model.training
+    model.eval()  # as predictions() runs the model
+    try:
+        donor_output, codes = final_query_run(model, donor, layers)  # one pass for both
+    finally:
+        model.train(was_training)
+    donor_run = donor_output[:, -1, 0]
     clean = predictions(model, batch) if clean is None else clean
-    donor_run = predictions(model, donor)
     swapped = predictions(model, batch, {layer: codes[:, i] for i, layer in enumerate(layers)})
     moved, error = fraction_moved(swapped - clean, donor_run - clean)
     return SwapResult(

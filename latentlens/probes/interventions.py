@@ -10,6 +10,7 @@ import math
 import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from functools import partial
 
 import torch
 
@@ -19,6 +20,7 @@ from latentlens.probes.source import (
     LabelledSource,
     forward_kwargs,
     read_positions_kwargs,
+    starts_at_layer,
 )
 from latentlens.tasks import Batch
 
@@ -79,6 +81,7 @@ def task_metric(
     hooks: list[Hook],
     metric: str | None = None,
     every_position: bool = True,
+    start: tuple[int, torch.Tensor] | None = None,
 ) -> MetricReading:
     """``metric`` (default: the task's first, R² or accuracy) on ``batch`` with ``hooks``
     attached (eval mode, restored after), and on :data:`PARTS` contiguous parts of it, read
@@ -86,10 +89,14 @@ def task_metric(
     positions the metric reads (:func:`~latentlens.probes.source.read_positions_kwargs`),
     for hooks whose effect there does not depend on the last block's other positions
     (zeroing a head does; a mean over positions, or a pair's code at a fixed query
-    index, does not)."""
+    index, does not). ``start`` (layer, residual stream entering it ``[batch, pos,
+    d_model]``): the pass starts at that block (a model that
+    :func:`~latentlens.probes.source.starts_at_layer`), for hooks from there on."""
     was_training = model.training
     model.eval()
     inputs, options = task.model_inputs(batch), forward_kwargs(task, batch)
+    if start is not None:
+        inputs, options["start_at_layer"] = (start[1],), start[0]
     if not every_position:
         options.update(read_positions_kwargs(model, task))
     try:
@@ -188,7 +195,9 @@ def head_ablation_table(
     ``prefix``: ``""``, an encoder-decoder's ``"encoder."`` and ``"decoder."``, ...). The
     baseline is measured once for the table: one forward pass per head, plus one; with
     ``mode="zero"`` each computes only the positions the metric reads
-    (``every_position=False`` of :func:`task_metric`)."""
+    (``every_position=False`` of :func:`task_metric`), and where the model
+    :func:`~latentlens.probes.source.starts_at_layer`, a head's pass starts at its block
+    from the stream the baseline's pass brought there (the same numbers, bit for bit)."""
     found = [  # in the model's order: an encoder's layers before its decoder's
         (match.group(1), int(match.group(2)), name)
         for name in model.hook_dict
@@ -197,18 +206,32 @@ def head_ablation_table(
     if not found:
         raise ValueError("the model has no blocks.{l}.attn.hook_z hook point to ablate")
     every = ablation_reads_every_position(mode)
-    baseline = task_metric(model, task, batch, [], metric, every_position=every)
+    # The stream entering each later block, kept from the baseline's pass: a head's
+    # ablation runs from its own block on, as nothing before it changes.
+    entering: dict[int, torch.Tensor] = {}
+    keep = [
+        (f"blocks.{layer}.hook_resid_pre", partial(_keep_in, entering, layer))
+        for prefix, layer, _ in found
+        if not prefix and layer > 0 and starts_at_layer(model)
+    ]
+    baseline = task_metric(model, task, batch, keep, metric, every_position=every)
     rows = []
     first = rows_of(batch, slice(0, 1))
     first_inputs, first_options = task.model_inputs(first), forward_kwargs(task, first)
     for prefix, layer, name in found:
         _, cache = model.run_with_cache(*first_inputs, names_filter=[name], **first_options)
+        start = (layer, entering[layer]) if not prefix and layer in entering else None
         for head in range(cache[name].shape[2]):
             hook = head_ablation_hook(model, layer, head, mode, prefix)
-            reading = task_metric(model, task, batch, [hook], baseline.metric, every)
+            reading = task_metric(model, task, batch, [hook], baseline.metric, every, start)
             result = compare(baseline, reading)
             rows.append({"prefix": prefix, "layer": layer, "head": head, **result.to_dict()})
     return rows
+
+
+def _keep_in(store: dict[int, torch.Tensor], layer: int, resid: torch.Tensor, hook: object) -> None:
+    """A hook that keeps block ``layer``'s incoming stream in ``store``, changing nothing."""
+    store[layer] = resid
 
 
 def _pattern_hook(model: HookedLike, layer: int, prefix: str, module: str) -> str:
@@ -238,11 +261,14 @@ def patch_latent_code(
     metric: str | None = None,
     prefix: str = "",
     module: str = "attn",
+    baseline: MetricReading | None = None,
 ) -> InterventionResult:
     """Give every example of ``batch`` the latent code of pair (``query``, ``key``) in
     ``layer`` that the matching example of ``source`` has; every other code is untouched.
     ``prefix`` and ``module`` pick the attention as in :func:`pattern_hook_name` (e.g. an
-    encoder-decoder's ``"decoder."``, ``"cross_attn"``)."""
+    encoder-decoder's ``"decoder."``, ``"cross_attn"``). ``baseline``: ``task_metric(model,
+    task, batch, [], metric)`` where the caller has it (one reading for every layer it
+    patches; its metric is the one read)."""
     if len(source) != len(batch):
         raise ValueError(f"source has {len(source)} examples, batch {len(batch)}: pass equal sizes")
     name = _pattern_hook(model, layer, prefix, module)
@@ -253,7 +279,9 @@ def patch_latent_code(
         pattern[:, :, query, key] = donor
         return pattern
 
-    return measure(model, task, batch, [(name, hook)], metric)
+    if baseline is None:
+        return measure(model, task, batch, [(name, hook)], metric)
+    return compare(baseline, task_metric(model, task, batch, [(name, hook)], baseline.metric))
 
 
 def swap_rule_codes(

@@ -45,7 +45,12 @@ from latentlens.probes.health import (
     dead_value_networks,
     not_learned,
 )
-from latentlens.probes.interventions import head_ablation_table, patch_latent_code, swap_rule_codes
+from latentlens.probes.interventions import (
+    head_ablation_table,
+    patch_latent_code,
+    swap_rule_codes,
+    task_metric,
+)
 from latentlens.probes.sraven_swaps import sraven_code_swaps
 from latentlens.probes.structure import (
     CLUSTER_SCORES,
@@ -113,9 +118,11 @@ def probe_fuzzy_logic(trainer: Trainer, examples: int, embedding: str, step: Cal
     last = task.config.seq_len - 1
     flat = codes.codes.flatten(2)  # [examples, layer, head * key]
     constant = {layer for layer in range(flat.shape[1]) if all_identical(flat[:, layer])}
+    unpatched = task_metric(model, task, batch, [])  # every layer's baseline
     results["patching"] = [  # a layer whose codes carry nothing is not patched
         {"layer": layer, "query": last, "key": last,
-         **patch_latent_code(model, task, batch, source, layer, last, last).to_dict()}
+         **patch_latent_code(model, task, batch, source, layer, last, last,
+                             baseline=unpatched).to_dict()}
         for layer in range(codes.codes.shape[1]) if layer not in constant
     ]  # fmt: skip
     donors, clean = torch.Generator().manual_seed(9), predictions(model, batch)

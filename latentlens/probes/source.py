@@ -80,6 +80,15 @@ def last_positions_kwargs(model: Any, positions: int | None) -> dict[str, int]:
     return {"last_positions": positions} if "last_positions" in parameters else {}
 
 
+def starts_at_layer(model: Any) -> bool:
+    """Whether ``model``'s forward can start at a block from the residual stream entering
+    it (``start_at_layer``, a latentlens decoder) and computes there what its whole pass
+    would: not where its stream runs on the fused kernels, which a pass from a block leaves
+    for the unfused path (the same function to float32 rounding, not bit for bit)."""
+    parameters = inspect.signature(model.forward).parameters
+    return "start_at_layer" in parameters and not getattr(model, "fused", False)
+
+
 def read_positions_kwargs(model: Any, source: Any) -> dict[str, int]:
     """:func:`last_positions_kwargs` for the positions ``source``'s metrics read (a task's
     ``loss_positions``; none: every position): the same metrics for less work, for hooks

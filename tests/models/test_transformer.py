@@ -234,6 +234,38 @@ def test_last_positions_shrink_only_the_last_blocks_later_hooks() -> None:
     }
 
 
+def entering_streams(name: str) -> bool:
+    return name.endswith("hook_resid_pre")
+
+
+@pytest.mark.parametrize("variant", ["softmax", "hyla"])
+def test_a_pass_from_a_blocks_incoming_stream_is_the_rest_of_the_whole_pass(variant) -> None:
+    """``start_at_layer`` (TransformerLens's): blocks l, l + 1, ... on the cached
+    ``blocks.{l}.hook_resid_pre`` give the whole pass's outputs bit for bit (the same
+    operations on the same numbers), with ``last_positions`` too; earlier hooks do not run."""
+    model = tiny_model(variant, n_layers=3, causal=True).eval()
+    x = torch.rand(4, 6, 3)
+    key_mask = torch.ones(4, 6, dtype=torch.bool)
+    key_mask[2, :3] = False
+    with torch.no_grad():
+        full, cache = model.run_with_cache(x, key_mask=key_mask, names_filter=entering_streams)
+        for layer in range(3):
+            stream = cache[f"blocks.{layer}.hook_resid_pre"]
+            assert torch.equal(model(stream, key_mask=key_mask, start_at_layer=layer), full)
+            last = model(x, key_mask=key_mask, last_positions=2)
+            part = model(stream, key_mask=key_mask, last_positions=2, start_at_layer=layer)
+            assert torch.equal(part, last)
+        entering = cache["blocks.2.hook_resid_pre"]
+        _, later = model.run_with_cache(entering, start_at_layer=2, names_filter=entering_streams)
+    assert list(later.keys()) == ["blocks.2.hook_resid_pre"]
+    with pytest.raises(ValueError, match="start_at_layer=3 is not a block of this 3-layer"):
+        model(stream, start_at_layer=3)
+    with pytest.raises(ValueError, match=r"\[batch, pos, d_model\]"):
+        model(x, start_at_layer=1)  # the inputs, not the stream
+    with pytest.raises(ValueError, match="torch.float64 but the model holds torch.float32"):
+        model(stream.double(), start_at_layer=1)
+
+
 @pytest.mark.parametrize("n", [0, 7])
 def test_last_positions_outside_the_input_are_rejected(n: int) -> None:
     with pytest.raises(ValueError, match=rf"last_positions={n} is not in \[1, 6\]"):

@@ -15,10 +15,12 @@ from latentlens.probes.code_interventions import (
     code_interventions,
     donor_problems,
     final_query_codes,
+    final_query_run,
     fit_bit_decoder,
     flipped_targets,
     fraction_moved,
     predictions,
+    r2_against,
     steer_codes,
     swap_codes,
 )
@@ -114,6 +116,10 @@ def test_a_swap_is_the_donors_codes_put_in_one_problem_at_a_time(attention: str)
     assert swap_codes(model, batch, donor, [1], "one-term", clean) == result  # clean passed in
     slow = torch.tensor(slow)
     codes = final_query_codes(model, donor, [1])
+    # the donor's codes and its own run come from one pass, the numbers of two
+    output, same_codes = final_query_run(model, donor, [1])
+    assert torch.equal(output[:, -1, 0], donor_run) and torch.equal(same_codes, codes)
+    assert result.r2_donor_run == r2_against(donor_run, donor)
     fast = predictions(model, batch, {1: codes[:, 0]})
     torch.testing.assert_close(fast, slow, atol=BATCHED, rtol=0)
     expected = float(

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from latentlens.models import DecoderTransformer, EncoderDecoderTransformer
+from latentlens.probes import interventions
 from latentlens.probes.codes import CodeSet, fuzzy_logic_codes, sraven_codes, sraven_key_positions
 from latentlens.probes.decoding import decoding_table
 from latentlens.probes.interventions import (
@@ -110,13 +111,14 @@ def test_head_ablation_equals_a_manual_zeroing_and_a_dead_head_changes_nothing()
         ablate_head(model, task, batch, 0, 1, mode="drop")
 
 
-def test_head_ablation_table_measures_its_baseline_once() -> None:
+def test_head_ablation_table_measures_its_baseline_once(monkeypatch) -> None:
     """One forward pass of the batch per head plus one for the shared baseline (it was two
     per head: 128 passes, 100 s, for SRAVEN's 64 heads on a CPU); every row equals that
-    head's own ablate_head. Zeroing a head, each pass computes the last block at the
-    position the metric reads alone: the metric every position gives, to float32
-    rounding (relative 1e-6: the same sums blocked otherwise; the untrained model's R² is
-    near -200)."""
+    head's own ablate_head, bit for bit, though a head of block 1 is run from block 1 on
+    (the stream entering it kept from the baseline's pass). Zeroing a head, each pass
+    computes the last block at the position the metric reads alone: the metric every
+    position gives, to float32 rounding (relative 1e-6: the same sums blocked otherwise;
+    the untrained model's R² is near -200)."""
     task = make_task("fuzzy-logic", None, seed=0)
     model = model_for("fuzzy-logic")
     batch = task.sample(64, "test")
@@ -129,9 +131,12 @@ def test_head_ablation_table_measures_its_baseline_once() -> None:
         rows = head_ablation_table(model, task, batch)
     finally:
         model.reset_hooks(including_permanent=True)
-    assert sizes.count(len(batch)) == len(rows) + 1 == 9
+    # block 0 runs in the baseline's pass and layer 0's heads' alone
+    assert sizes.count(len(batch)) == 1 + 4 and len(rows) == 8
     passes = [n for examples, n in positions if examples == len(batch)]
     assert passes == [task.loss_positions] * (len(rows) + 1)
+    monkeypatch.setattr(interventions, "starts_at_layer", lambda model: False)
+    assert head_ablation_table(model, task, batch) == rows  # every pass from the inputs
     for row in rows:
         alone = ablate_head(model, task, batch, row["layer"], row["head"])
         assert (row["baseline"], row["intervened"]) == (alone.baseline, alone.intervened)
@@ -178,6 +183,12 @@ def test_patching_from_itself_is_a_no_op_and_from_others_changes_the_metric() ->
     other = task.sample(64, "test", task.make_generator(9))
     changed = patch_latent_code(model, task, batch, other, layer=1, query=15, key=15)
     assert abs(changed.change) > 1e-4
+    # a baseline read once for several layers gives each the same result
+    baseline = task_metric(model, task, batch, [])
+    for layer in (0, 1):
+        alone = patch_latent_code(model, task, batch, other, layer, 15, 15)
+        assert patch_latent_code(model, task, batch, other, layer, 15, 15,
+                                 baseline=baseline) == alone  # fmt: skip
     with pytest.raises(ValueError, match="equal sizes"):
         patch_latent_code(model, task, batch, task.sample(3, "test"), 1, 15, 15)
 
