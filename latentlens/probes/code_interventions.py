@@ -32,9 +32,9 @@ import numpy as np
 import torch
 
 from latentlens.models import pattern_hook_name
-from latentlens.probes.interventions import PARTS, rows_of
+from latentlens.probes.interventions import PARTS, rows_of, stream_keepers
 from latentlens.probes.linear import label_permutations, ridge_decoding
-from latentlens.probes.source import last_positions_kwargs
+from latentlens.probes.source import hooks_change_nothing, last_positions_kwargs
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -110,13 +110,18 @@ def run_with_final_codes(
     inputs: torch.Tensor,
     replaced: dict[int, torch.Tensor] | None = None,
     queries: int = 1,
+    keep: list[tuple[str, Callable]] | None = None,
+    start_at_layer: int | None = None,
 ) -> torch.Tensor:
     """The model's output at the last ``queries`` positions ``[batch, queries, d_output]``
     (in eval mode, without gradients) with the codes of those query positions of each layer
     in ``replaced`` put in place (layer -> ``[batch, head, queries, key]``, or
     ``[batch, head, key]`` for one query). The model computes the last block's queries,
-    MLP and readout at those positions alone where it can."""
-    hooks = []
+    MLP and readout at those positions alone where it can. ``keep``: hooks that read the
+    pass and change nothing (:func:`~latentlens.probes.interventions.stream_keepers`);
+    ``start_at_layer`` l: ``inputs`` is the stream entering block l, where the pass starts
+    (a model that :func:`~latentlens.probes.source.starts_at_layer`)."""
+    hooks = list(keep or [])
     for layer, codes in (replaced or {}).items():
 
         def hook(pattern: torch.Tensor, hook: object, codes: torch.Tensor = codes) -> torch.Tensor:
@@ -131,17 +136,39 @@ def run_with_final_codes(
     try:
         with torch.no_grad():
             only = last_positions_kwargs(model, queries)
+            if start_at_layer is not None:
+                only["start_at_layer"] = start_at_layer
             return model.run_with_hooks(inputs, fwd_hooks=hooks, **only)[:, -queries:]
     finally:
         model.train(was_training)
 
 
 def predictions(
-    model: HookedLike, batch: Batch, replaced: dict[int, torch.Tensor] | None = None
+    model: HookedLike,
+    batch: Batch,
+    replaced: dict[int, torch.Tensor] | None = None,
+    entering: dict[int, torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """The model's prediction ``[batch]`` at the final position, with the final query's
-    codes of each layer in ``replaced`` (layer -> ``[batch, head, key]``) put in place."""
-    return run_with_final_codes(model, batch.inputs, replaced)[:, -1, 0]
+    codes of each layer in ``replaced`` (layer -> ``[batch, head, key]``) put in place.
+    ``entering``: the streams entering blocks in ``batch``'s clean pass (:func:`clean_run`);
+    the pass then starts at the first block replaced, where one of them enters it."""
+    first = min(replaced or {}, default=None)
+    if entering and first in entering:
+        output = run_with_final_codes(model, entering[first], replaced, start_at_layer=first)
+    else:
+        output = run_with_final_codes(model, batch.inputs, replaced)
+    return output[:, -1, 0]
+
+
+def clean_run(model: HookedLike, batch: Batch) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
+    """``predictions(model, batch)`` and the streams entering its later blocks, kept from
+    the same pass where the model :func:`~latentlens.probes.source.starts_at_layer` (else
+    none): a pass with codes replaced from block l on starts there (:func:`predictions`'s
+    ``entering``), the same numbers bit for bit."""
+    entering: dict[int, torch.Tensor] = {}
+    keep = stream_keepers(model, range(len(getattr(model, "blocks", ()))), entering)
+    return run_with_final_codes(model, batch.inputs, keep=keep)[:, -1, 0], entering
 
 
 def fraction_moved(change: torch.Tensor, reference: torch.Tensor) -> tuple[float, float]:
@@ -197,21 +224,27 @@ def swap_codes(
     layers: Sequence[int],
     donor_name: str,
     clean: torch.Tensor | None = None,
+    entering: dict[int, torch.Tensor] | None = None,
 ) -> SwapResult:
     """Swap ``batch``'s final-query codes in ``layers`` for ``donor``'s (same size);
-    ``clean``: ``predictions(model, batch)`` where the caller has them already."""
+    ``clean``: ``predictions(model, batch)`` where the caller has them already, and
+    ``entering`` the streams its pass brought to later blocks (:func:`clean_run`): the
+    swapped pass starts at the first layer swapped."""
     if len(donor) != len(batch):
         raise ValueError(f"donor has {len(donor)} problems, batch {len(batch)}: pass equal sizes")
     layers = tuple(layers)
     was_training = model.training
     model.eval()  # as predictions() runs the model
     try:
-        donor_output, codes = final_query_run(model, donor, layers)  # one pass for both
+        donor_output, codes = final_query_run(model, donor, layers)
     finally:
         model.train(was_training)
-    donor_run = donor_output[:, -1, 0]
+    # the donor's own run from the same pass, where reading its codes changes nothing
+    same = hooks_change_nothing(model)
+    donor_run = donor_output[:, -1, 0] if same else predictions(model, donor)
     clean = predictions(model, batch) if clean is None else clean
-    swapped = predictions(model, batch, {layer: codes[:, i] for i, layer in enumerate(layers)})
+    replaced = {layer: codes[:, i] for i, layer in enumerate(layers)}
+    swapped = predictions(model, batch, replaced, entering)
     moved, error = fraction_moved(swapped - clean, donor_run - clean)
     return SwapResult(
         donor_name, layers, len(batch), moved, error,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from functools import partial
 
@@ -209,11 +209,8 @@ def head_ablation_table(
     # The stream entering each later block, kept from the baseline's pass: a head's
     # ablation runs from its own block on, as nothing before it changes.
     entering: dict[int, torch.Tensor] = {}
-    keep = [
-        (f"blocks.{layer}.hook_resid_pre", partial(_keep_in, entering, layer))
-        for prefix, layer, _ in found
-        if not prefix and layer > 0 and starts_at_layer(model)
-    ]
+    keep = stream_keepers(model, sorted({layer for prefix, layer, _ in found if not prefix}),
+                          entering)  # fmt: skip
     baseline = task_metric(model, task, batch, keep, metric, every_position=every)
     rows = []
     first = rows_of(batch, slice(0, 1))
@@ -227,6 +224,22 @@ def head_ablation_table(
             result = compare(baseline, reading)
             rows.append({"prefix": prefix, "layer": layer, "head": head, **result.to_dict()})
     return rows
+
+
+def stream_keepers(
+    model: HookedLike, layers: Iterable[int], store: dict[int, torch.Tensor]
+) -> list[Hook]:
+    """Hooks that keep the residual stream entering each block of ``layers`` after the
+    first in ``store`` (layer -> ``[batch, pos, d_model]``), changing nothing: where the
+    model :func:`~latentlens.probes.source.starts_at_layer`, a later pass can start there;
+    elsewhere none."""
+    if not starts_at_layer(model):
+        return []
+    return [
+        (f"blocks.{layer}.hook_resid_pre", partial(_keep_in, store, layer))
+        for layer in layers
+        if layer > 0
+    ]
 
 
 def _keep_in(store: dict[int, torch.Tensor], layer: int, resid: torch.Tensor, hook: object) -> None:
@@ -262,13 +275,16 @@ def patch_latent_code(
     prefix: str = "",
     module: str = "attn",
     baseline: MetricReading | None = None,
+    entering: dict[int, torch.Tensor] | None = None,
 ) -> InterventionResult:
     """Give every example of ``batch`` the latent code of pair (``query``, ``key``) in
     ``layer`` that the matching example of ``source`` has; every other code is untouched.
     ``prefix`` and ``module`` pick the attention as in :func:`pattern_hook_name` (e.g. an
     encoder-decoder's ``"decoder."``, ``"cross_attn"``). ``baseline``: ``task_metric(model,
     task, batch, [], metric)`` where the caller has it (one reading for every layer it
-    patches; its metric is the one read)."""
+    patches; its metric is the one read), and ``entering`` the streams that reading's
+    pass brought to later blocks (:func:`stream_keepers`): the patched pass starts at
+    ``layer``."""
     if len(source) != len(batch):
         raise ValueError(f"source has {len(source)} examples, batch {len(batch)}: pass equal sizes")
     name = _pattern_hook(model, layer, prefix, module)
@@ -281,7 +297,9 @@ def patch_latent_code(
 
     if baseline is None:
         return measure(model, task, batch, [(name, hook)], metric)
-    return compare(baseline, task_metric(model, task, batch, [(name, hook)], baseline.metric))
+    start = (layer, entering[layer]) if entering and layer in entering and not prefix else None
+    patched = task_metric(model, task, batch, [(name, hook)], baseline.metric, start=start)
+    return compare(baseline, patched)
 
 
 def swap_rule_codes(

@@ -27,8 +27,8 @@ import torch
 from latentlens.models.registry import resolve_model_kind
 from latentlens.probes.code_interventions import (
     DONOR_KINDS,
+    clean_run,
     donor_problems,
-    predictions,
     swap_codes,
 )
 from latentlens.probes.codes import (
@@ -48,6 +48,7 @@ from latentlens.probes.health import (
 from latentlens.probes.interventions import (
     head_ablation_table,
     patch_latent_code,
+    stream_keepers,
     swap_rule_codes,
     task_metric,
 )
@@ -118,19 +119,21 @@ def probe_fuzzy_logic(trainer: Trainer, examples: int, embedding: str, step: Cal
     last = task.config.seq_len - 1
     flat = codes.codes.flatten(2)  # [examples, layer, head * key]
     constant = {layer for layer in range(flat.shape[1]) if all_identical(flat[:, layer])}
-    unpatched = task_metric(model, task, batch, [])  # every layer's baseline
+    layers = range(codes.codes.shape[1])
+    entering: dict[int, torch.Tensor] = {}  # the streams of the baseline's pass
+    unpatched = task_metric(model, task, batch, stream_keepers(model, layers, entering))
     results["patching"] = [  # a layer whose codes carry nothing is not patched
         {"layer": layer, "query": last, "key": last,
          **patch_latent_code(model, task, batch, source, layer, last, last,
-                             baseline=unpatched).to_dict()}
-        for layer in range(codes.codes.shape[1]) if layer not in constant
+                             baseline=unpatched, entering=entering).to_dict()}
+        for layer in layers if layer not in constant
     ]  # fmt: skip
-    donors, clean = torch.Generator().manual_seed(9), predictions(model, batch)
+    donors, (clean, streams) = torch.Generator().manual_seed(9), clean_run(model, batch)
     results["code_swaps"] = [  # the final query's codes to every key, from a donor problem
         swap_codes(model, batch, donor_problems(task, batch, kind, donors), [layer], kind,
-                   clean).to_dict()
+                   clean, streams).to_dict()
         for kind in DONOR_KINDS
-        for layer in range(codes.codes.shape[1])
+        for layer in layers
     ]  # fmt: skip
     step("interventions")
     results["protocol"] = (

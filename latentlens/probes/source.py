@@ -80,13 +80,19 @@ def last_positions_kwargs(model: Any, positions: int | None) -> dict[str, int]:
     return {"last_positions": positions} if "last_positions" in parameters else {}
 
 
+def hooks_change_nothing(model: Any) -> bool:
+    """Whether a pass of ``model`` with hooks that only read computes bit for bit what the
+    same pass without them does: not on latentlens's fused CPU kernels, which give way to
+    the unfused path where a hook reads (the same function to float32 rounding)."""
+    return not getattr(model, "fused", False)
+
+
 def starts_at_layer(model: Any) -> bool:
     """Whether ``model``'s forward can start at a block from the residual stream entering
-    it (``start_at_layer``, a latentlens decoder) and computes there what its whole pass
-    would: not where its stream runs on the fused kernels, which a pass from a block leaves
-    for the unfused path (the same function to float32 rounding, not bit for bit)."""
+    it (``start_at_layer``, a latentlens decoder) and compute there what its whole pass
+    would (a model whose :func:`hooks_change_nothing`: the stream is read by a hook)."""
     parameters = inspect.signature(model.forward).parameters
-    return "start_at_layer" in parameters and not getattr(model, "fused", False)
+    return "start_at_layer" in parameters and hooks_change_nothing(model)
 
 
 def read_positions_kwargs(model: Any, source: Any) -> dict[str, int]:

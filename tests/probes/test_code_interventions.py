@@ -9,8 +9,14 @@ import numpy as np
 import pytest
 import torch
 
-from latentlens.models import DecoderTransformer, TransformerConfig, pattern_hook_name
+from latentlens.models import (
+    DecoderTransformer,
+    TransformerConfig,
+    pattern_hook_name,
+    use_fused_kernels,
+)
 from latentlens.probes.code_interventions import (
+    clean_run,
     code_decoding_by_key,
     code_interventions,
     donor_problems,
@@ -25,6 +31,7 @@ from latentlens.probes.code_interventions import (
     swap_codes,
 )
 from latentlens.probes.interventions import rows_of
+from latentlens.probes.source import hooks_change_nothing, starts_at_layer
 from latentlens.tasks import make_task
 
 # The same float32 forward pass on a batch of one and a batch of many: matmuls blocked
@@ -130,6 +137,13 @@ def test_a_swap_is_the_donors_codes_put_in_one_problem_at_a_time(attention: str)
     own = 1 - ((slow - batch.targets) ** 2 / variance).mean()
     assert result.r2_own == pytest.approx(float(own), abs=1e-4)
     assert result.r2_own_clean != result.r2_own  # the codes are not inert in a random model
+    # from the streams the clean pass brought to block 1, a swap there runs block 1 on:
+    # the same numbers bit for bit
+    clean_again, entering = clean_run(model, batch)
+    assert torch.equal(clean_again, clean) and set(entering) == {1}
+    for layers in ([0], [1], [0, 1]):
+        whole = swap_codes(model, batch, donor, layers, "one-term", clean)
+        assert swap_codes(model, batch, donor, layers, "one-term", clean, entering) == whole
     itself = swap_codes(model, batch, batch, [0, 1], "itself")  # a swap with oneself: no change
     assert itself.r2_own == pytest.approx(itself.r2_own_clean, abs=BATCHED)
 
@@ -204,3 +218,20 @@ def test_every_analysis_runs_on_one_model() -> None:
     assert len(result["swaps"]) == 3 * 3  # three donors, each layer and both
     assert len(result["steering"]) == 2 * 2 * task.config.num_variables
     assert len(result["decoding"]["by_key"][0]) == task.config.seq_len
+
+
+@torch.no_grad()
+def test_on_the_fused_kernels_the_donors_run_is_its_own_hook_free_pass() -> None:
+    """Reading a fused model's patterns takes its attention off the fused kernel (the same
+    function to float32 rounding, not bit for bit), so there a swap runs the donor once
+    more without hooks and no pass starts at a later block: a fused run's probe gives the
+    numbers it gave before passes were shared."""
+    model, task = tiny("hyla")
+    use_fused_kernels(model)
+    batch = problem_batch(task, 64)
+    donor = donor_problems(task, batch, "random-combination", torch.Generator().manual_seed(3))
+    assert not hooks_change_nothing(model) and not starts_at_layer(model)
+    clean, entering = clean_run(model, batch)
+    assert entering == {} and torch.equal(clean, predictions(model, batch))
+    result = swap_codes(model, batch, donor, [0], "random-combination", clean, entering)
+    assert result.r2_donor_run == r2_against(predictions(model, donor), donor)

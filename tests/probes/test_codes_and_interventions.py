@@ -14,6 +14,7 @@ from latentlens.probes.interventions import (
     head_ablation_hook,
     head_ablation_table,
     patch_latent_code,
+    stream_keepers,
     swap_rule_codes,
     task_metric,
 )
@@ -183,12 +184,16 @@ def test_patching_from_itself_is_a_no_op_and_from_others_changes_the_metric() ->
     other = task.sample(64, "test", task.make_generator(9))
     changed = patch_latent_code(model, task, batch, other, layer=1, query=15, key=15)
     assert abs(changed.change) > 1e-4
-    # a baseline read once for several layers gives each the same result
-    baseline = task_metric(model, task, batch, [])
+    # a baseline read once for several layers gives each the same result, and a patched
+    # pass that starts at its block from the stream the baseline's pass brought there too
+    entering: dict[int, torch.Tensor] = {}
+    baseline = task_metric(model, task, batch, stream_keepers(model, [0, 1], entering))
+    assert set(entering) == {1}
     for layer in (0, 1):
         alone = patch_latent_code(model, task, batch, other, layer, 15, 15)
-        assert patch_latent_code(model, task, batch, other, layer, 15, 15,
-                                 baseline=baseline) == alone  # fmt: skip
+        for streams in (None, entering):
+            assert patch_latent_code(model, task, batch, other, layer, 15, 15,
+                                     baseline=baseline, entering=streams) == alone  # fmt: skip
     with pytest.raises(ValueError, match="equal sizes"):
         patch_latent_code(model, task, batch, task.sample(3, "test"), 1, 15, 15)
 
