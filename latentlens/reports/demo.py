@@ -16,6 +16,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from latentlens.figures import metric_curves, save_figure, structure_scores
 from latentlens.figures.run_figures import run_figures
@@ -27,12 +28,17 @@ from latentlens.reports.demo_runs import (
     ZOO_GROUP,
     ZOO_SEEDS,
     DemoRun,
+    DemoSize,
+    check_live_run,
     copy_zoo_run,
-    train_variant,
+    leave_a_cpu,
+    live_config,
+    live_trainer,
 )
 from latentlens.reports.demo_sections import report_sections
 from latentlens.reports.demo_text import headline
 from latentlens.reports.report import write_report
+from latentlens.side_process import SideProcess, worth_a_side_process
 
 # One copy of plotly.js for the demo's report and every interactive figure in its runs.
 PLOTLY_JS = "plotly.min.js"
@@ -45,6 +51,19 @@ class DemoOutput:
     markdown: Path
     page: Path
     summary: str
+
+
+def probe_and_draw(
+    run: DemoRun, size: DemoSize, embedding: str, device: str, plotlyjs: Path, quiet: bool
+) -> tuple[dict, dict[str, Path]]:
+    """Probe one demo model (a zoo model on the first ``size.zoo_examples`` examples of its
+    evaluation set) and draw its figures; its probe results and figure paths."""
+    examples = size.zoo_examples if run.zoo_name else size.examples
+    results = probe_run(
+        run.path, examples, embedding, device=device, quiet=quiet,
+        evaluation_examples=size.zoo_examples if run.zoo_name else None,
+    )  # fmt: skip
+    return results, run_figures(run.path, ("png", "svg", "html"), plotlyjs)
 
 
 def run_demo(
@@ -81,27 +100,40 @@ def run_demo(
     runs = [*converged, *live]
     stages = progress_bar(total=3 * len(runs) + 1, desc="demo", disable=quiet)
     results: dict[Path, dict] = {}
+    figures: dict[Path, dict[str, Path]] = {}
     with stages:
-        for run in runs:
-            stages.set_postfix_str(f"{'copy' if run.zoo_name else 'train'} {run.label}")
-            if run.zoo_name:
-                copy_zoo_run(run.zoo_name, run.path)
-            else:
-                train_variant(run.path, run.variant, chosen, steps, device, quiet, seed)
+        for run in converged:
+            stages.set_postfix_str(f"copy {run.label}")
+            copy_zoo_run(run.zoo_name, run.path)
             stages.update(1)
-        for run in runs:
-            stages.set_postfix_str(f"probe {run.label}")
-            examples = chosen.zoo_examples if run.zoo_name else chosen.examples
-            results[run.path] = probe_run(
-                run.path, examples, embedding, device=device, quiet=quiet,
-                evaluation_examples=chosen.zoo_examples if run.zoo_name else None,
-            )  # fmt: skip
-            stages.update(1)
-        figures: dict[Path, dict[str, Path]] = {}
-        for run in runs:
-            stages.set_postfix_str(f"figures {run.label}")
-            figures[run.path] = run_figures(run.path, ("png", "svg", "html"), root / PLOTLY_JS)
-            stages.update(1)
+        for run in live:  # refused before anything is probed or trained
+            check_live_run(run.path, live_config(run.variant, chosen, steps, seed))
+        args = (chosen, embedding, device, root / PLOTLY_JS)
+        # The zoo's models are probed and drawn in a second process while the live model
+        # trains, when the machine has a CPU to spare for it (the same numbers either
+        # way). The live run chooses its path first, undisturbed, and leaves that CPU free.
+        beside: dict[Path, Any] = {}
+        with SideProcess() as side:
+            for index, run in enumerate(live):
+                stages.set_postfix_str(f"train {run.label}")
+                trainer = live_trainer(run.path, run.variant, chosen, steps, device, quiet, seed)
+                if index == 0 and worth_a_side_process() and leave_a_cpu(trainer):
+                    beside = {
+                        zoo_run.path: side.submit(probe_and_draw, (zoo_run, *args, True),
+                                                  callback=lambda _: stages.update(2))
+                        for zoo_run in converged
+                    }  # fmt: skip
+                if trainer is not None:
+                    trainer.train()
+                stages.update(1)
+            for run in [*live, *(run for run in converged if run.path not in beside)]:
+                stages.set_postfix_str(f"probe and draw {run.label}")
+                results[run.path], figures[run.path] = probe_and_draw(run, *args, quiet)
+                stages.update(2)
+            if beside:
+                stages.set_postfix_str("probe and draw the zoo's models")
+            for path, job in beside.items():
+                results[path], figures[path] = job.get()
         stages.set_postfix_str("report")
         drawn = {}
         for name, group in (("zoo", converged), ("live", live)):

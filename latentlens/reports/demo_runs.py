@@ -8,9 +8,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from latentlens.models.config import VARIANTS
+from latentlens.threads import available_cpus, compute_with_threads
 from latentlens.training import RunDirectory, TrainConfig, Trainer, list_checkpoints, model_for_task
 from latentlens.training.config import same_training
+from latentlens.training.thread_choice import start_threads
 from latentlens.training.trainer import choose_run_path
 from latentlens.zoo import STAMP as ZOO_STAMP
 from latentlens.zoo import run_directory as zoo_run_directory
@@ -56,32 +60,67 @@ SIZES = {
 }  # fmt: skip
 
 
-def train_variant(run: Path, variant: str, size: DemoSize, steps: int | None, device: str,
-                  quiet: bool, seed: int) -> None:  # fmt: skip
-    """Train one variant into ``run``; a finished run is kept, an interrupted one resumed.
-    A new run computes its step as ``latentlens train`` would
-    (:func:`~latentlens.training.trainer.choose_run_path`)."""
+def live_config(variant: str, size: DemoSize, steps: int | None, seed: int) -> dict[str, Any]:
+    """The resolved run config the demo trains ``variant`` live with."""
     train = {**size.train, "seed": seed, **({"steps": steps} if steps else {})}
-    config = Trainer.resolve_config(
+    return Trainer.resolve_config(
         "fuzzy-logic",
         model_for_task("fuzzy-logic", attention=variant, **size.model),
         TrainConfig.for_task("fuzzy-logic", **train),
     )
+
+
+def check_live_run(run: Path, config: dict[str, Any]) -> bool:
+    """Whether ``run`` already holds the run of ``config`` (False: nothing there yet); a
+    ValueError naming ``run`` if it holds another run or one without checkpoints. The demo
+    checks every live run before it writes anything."""
     directory = RunDirectory(run)
-    if directory.config_path.is_file():
-        stored = directory.read_config()
-        same = same_training(stored["train"], config["train"])
-        if stored["model"] != config["model"] or not same:
-            raise ValueError(f"{run} holds a different run; choose another --out or delete it")
-        done = list_checkpoints(directory.checkpoints)
-        if not done:
-            raise ValueError(f"{run} holds a run without checkpoints; delete it and run again")
+    if not directory.config_path.is_file():
+        return False
+    stored = directory.read_config()
+    if stored["model"] != config["model"] or not same_training(stored["train"], config["train"]):
+        raise ValueError(f"{run} holds a different run; choose another --out or delete it")
+    if not list_checkpoints(directory.checkpoints):
+        raise ValueError(f"{run} holds a run without checkpoints; delete it and run again")
+    return True
+
+
+def live_trainer(run: Path, variant: str, size: DemoSize, steps: int | None, device: str,
+                 quiet: bool, seed: int) -> Trainer | None:  # fmt: skip
+    """The trainer of one variant's live run in ``run``: a new run (computing its step as
+    ``latentlens train`` would, :func:`~latentlens.training.trainer.choose_run_path`) or
+    the interrupted one resumed; None if ``run`` holds it finished."""
+    config = live_config(variant, size, steps, seed)
+    if check_live_run(run, config):
+        done = list_checkpoints(RunDirectory(run).checkpoints)
         if done[-1][0] < config["train"]["steps"]:
-            Trainer.resume(run, device=device, quiet=quiet).train()
-        return
+            return Trainer.resume(run, device=device, quiet=quiet)
+        return None
     path = choose_run_path(config, device).path
     config = {**config, "train": {**config["train"], "path": path}}
-    Trainer.create(run, config, device=device, quiet=quiet).train()
+    return Trainer.create(run, config, device=device, quiet=quiet)
+
+
+def leave_a_cpu(trainer: Trainer | None) -> bool:
+    """Have the live run compute with one CPU fewer than the rest of the machine leaves
+    free, so that a side process has one to itself (two processes each spinning two
+    threads on two CPUs slowed the live run fourfold); True if it could, or has nothing
+    to train. False where its numbers need a recorded thread count that takes them all."""
+    if trainer is None or trainer.device.type != "cpu":
+        return True
+    counts = trainer.train_cfg.thread_counts
+    if counts:  # the same numbers on each of these counts
+        compute_with_threads(start_threads(counts, reserved=1))
+        return True
+    return (trainer.train_cfg.threads or torch.get_num_threads()) < available_cpus()
+
+
+def train_variant(run: Path, variant: str, size: DemoSize, steps: int | None, device: str,
+                  quiet: bool, seed: int) -> None:  # fmt: skip
+    """Train one variant into ``run`` (:func:`live_trainer`); a finished run is kept."""
+    trainer = live_trainer(run, variant, size, steps, device, quiet, seed)
+    if trainer is not None:
+        trainer.train()
 
 
 # The zoo's models the demo probes: every seed of each variant at Table A1's setting.

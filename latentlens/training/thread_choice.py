@@ -87,10 +87,11 @@ def agreeing_thread_counts(
     return tuple(agreeing)
 
 
-def start_threads(thread_counts: Sequence[int]) -> int:
+def start_threads(thread_counts: Sequence[int], reserved: int = 0) -> int:
     """The largest of a run's agreeing ``thread_counts`` that the CPUs the rest of the
-    machine leaves free allow (at least the smallest)."""
+    machine leaves free allow (at least the smallest); ``reserved``: CPUs to leave free
+    beside those, for work this command starts next to the run."""
     cpus = available_cpus()
-    free = max(1, cpus - busy_elsewhere(cpus))
+    free = max(1, cpus - busy_elsewhere(cpus) - reserved)
     fitting = [count for count in thread_counts if count <= free]
     return max(fitting) if fitting else min(thread_counts)

@@ -1,0 +1,74 @@
+"""One worker process beside this one, for work that need not wait its turn.
+
+``latentlens demo`` probes and draws the zoo's converged models there while it trains its
+live model, so that a machine with two CPUs works on both at once (and, beside busy
+neighbours, holds a fair share of the CPUs with two processes, not one). Each job computes
+exactly what it computes in this process: the same code, and the thread counts the runs
+choose for themselves.
+
+The worker is spawned, not forked (a fork copies PyTorch's thread pool and CUDA state,
+which do not survive it), ignores Ctrl-C (this process stops it) and is stopped at once
+when the caller fails or is interrupted, so that an error or Ctrl-C is not followed by
+minutes of work nobody reads.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import multiprocessing.pool
+import signal
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any
+
+from latentlens.threads import available_cpus
+
+
+def worth_a_side_process() -> bool:
+    """Whether this process may run on two CPUs or more (else a side process only waits
+    for this one)."""
+    return available_cpus() >= 2
+
+
+def _ignore_ctrl_c() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+class SideProcess:
+    """One spawned worker, started by the first :meth:`submit` (a ``with`` block that
+    submits nothing starts nothing). Leaving the block normally waits for the jobs
+    submitted; an error or Ctrl-C stops the worker first."""
+
+    def __init__(self) -> None:
+        self._pool: multiprocessing.pool.Pool | None = None
+
+    def submit(
+        self,
+        function: Callable[..., Any],
+        args: tuple = (),
+        callback: Callable[[Any], None] | None = None,
+    ) -> multiprocessing.pool.AsyncResult:
+        """Run ``function(*args)`` in the worker; ``.get()`` on the answer returns its
+        result or raises its error. ``callback`` runs here, on another thread, with the
+        result."""
+        if self._pool is None:
+            spawn = multiprocessing.get_context("spawn")
+            self._pool = spawn.Pool(1, initializer=_ignore_ctrl_c)
+        return self._pool.apply_async(function, args, callback=callback)
+
+    def __enter__(self) -> SideProcess:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        if self._pool is None:
+            return
+        if kind is None:
+            self._pool.close()
+        else:
+            self._pool.terminate()
+        self._pool.join()
