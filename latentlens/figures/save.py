@@ -11,8 +11,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import matplotlib
+import matplotlib.image
 import matplotlib.text
+import numpy as np
 import plotly.graph_objects as go
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.colors import to_rgba
 from matplotlib.figure import Figure
 from matplotlib.transforms import Bbox
 
@@ -32,6 +36,66 @@ def tight_box(figure: Figure) -> Bbox:
     inches, from one draw (which also runs the figure's layout engine)."""
     figure.draw_without_rendering()
     return figure.get_tightbbox().padded(matplotlib.rcParams["savefig.pad_inches"])
+
+
+def draw_pixels(figure: Figure, dpi: float) -> tuple[np.ndarray, Bbox, Bbox]:
+    """Draw ``figure`` once on an Agg canvas at ``dpi``, running its layout engine; its
+    pixels ``[height, width, 4]`` (RGBA, uint8), its size and its tight box, both in
+    inches, the box measured with the renderer that drew (unpadded). The figure keeps its
+    canvas and dpi."""
+    canvas, figure_dpi = figure.canvas, figure.dpi
+    agg = FigureCanvasAgg(figure)
+    try:
+        figure.dpi = dpi
+        agg.draw()
+        box = figure.get_tightbbox(agg.get_renderer())
+        pixels = np.array(agg.buffer_rgba())
+    finally:
+        figure.dpi = figure_dpi
+        figure.set_canvas(canvas)
+    return pixels, figure.bbox_inches.frozen(), box
+
+
+def pixel_window(size: Bbox, box: Bbox, dpi: float) -> tuple[int, int, int, int]:
+    """Where ``box`` (inches) lies in the pixels of a canvas of ``size`` (inches) drawn at
+    ``dpi``: its top row, left column, height and width, sized as
+    ``savefig(bbox_inches=box)`` sizes its image and placed to the nearest pixel."""
+    height, width = int(box.height * dpi), int(box.width * dpi)
+    return round((size.height - box.y1) * dpi), round(box.x0 * dpi), height, width
+
+
+def pixel_box(size: Bbox, box: Bbox, dpi: float) -> Bbox:
+    """``box`` moved by under a pixel onto the canvas's pixel grid (:func:`pixel_window`),
+    in inches: ``savefig(bbox_inches=pixel_box(...))`` draws what :func:`cut_to_box` cuts."""
+    top, left, height, width = pixel_window(size, box, dpi)
+    bottom = size.height * dpi - top - height
+    return Bbox.from_bounds(left / dpi, bottom / dpi, width / dpi, height / dpi)
+
+
+def cut_to_box(pixels: np.ndarray, size: Bbox, box: Bbox, dpi: float, face) -> np.ndarray:
+    """The pixels ``[height, width, 4]`` of :func:`pixel_window` in ``pixels``, a canvas
+    of ``size`` drawn at ``dpi``; what lies beyond the canvas is the figure's ``face``
+    colour (only the padding may: see :func:`save_figure`)."""
+    top, left, height, width = pixel_window(size, box, dpi)
+    cut = np.empty((height, width, 4), np.uint8)
+    cut[:] = np.round(np.asarray(to_rgba(face)) * 255).astype(np.uint8)
+    rows = slice(max(top, 0), min(top + height, pixels.shape[0]))
+    columns = slice(max(left, 0), min(left + width, pixels.shape[1]))
+    cut[rows.start - top : rows.stop - top, columns.start - left : columns.stop - left] = pixels[
+        rows, columns
+    ]
+    return cut
+
+
+def within(inner: Bbox, outer: Bbox) -> bool:
+    """Whether ``inner`` lies inside ``outer`` (to a thousandth of an inch)."""
+    slack = 1e-3
+    return (
+        inner.x0 >= outer.x0 - slack
+        and inner.y0 >= outer.y0 - slack
+        and inner.x1 <= outer.x1 + slack
+        and inner.y1 <= outer.y1 + slack
+    )
 
 
 def without_layout_engine(figure: Figure) -> None:
@@ -57,9 +121,13 @@ def save_figure(
 ) -> list[Path]:
     """Write ``figure`` as ``stem.png``, ``stem.svg``, ...; returns the paths written.
     ``html`` is a page holding the SVG, titled by the file name. Every file is cut to the
-    box ``savefig(bbox_inches="tight")`` gives, computed once with the layout
-    (``bbox_inches="tight"`` drew the figure twice per file and ran its constrained layout
-    each time), and the SVG is drawn once for ``svg`` and ``html``."""
+    box ``savefig(bbox_inches="tight")`` gives, and the figure is laid out once for all of
+    them (``bbox_inches="tight"`` drew the figure twice per file and ran its constrained
+    layout each time). With ``png``, that one layout is drawn to the PNG's pixels, which
+    are cut to the box, unless something is drawn beyond the figure's edge (then the PNG
+    is drawn once more, as ``savefig`` draws it, as it is where ``savefig.facecolor``,
+    ``savefig.edgecolor`` or ``savefig.transparent`` change the figure's colours); the
+    SVG is drawn once for ``svg`` and ``html``."""
     unknown = sorted(set(formats) - set(MATPLOTLIB_FORMATS))
     if unknown:
         raise ValueError(
@@ -69,7 +137,16 @@ def save_figure(
     stem = Path(stem)
     stem.parent.mkdir(parents=True, exist_ok=True)
     as_written(figure)
-    box = tight_box(figure)
+    png = None
+    rc = matplotlib.rcParams
+    as_drawn = rc["savefig.facecolor"] == rc["savefig.edgecolor"] == "auto"
+    if "png" in formats and as_drawn and not rc["savefig.transparent"]:
+        pixels, size, content = draw_pixels(figure, dpi)
+        box = content.padded(matplotlib.rcParams["savefig.pad_inches"])
+        if within(content, Bbox.from_bounds(0, 0, size.width, size.height)):
+            png = cut_to_box(pixels, size, box, dpi, figure.get_facecolor())
+    else:
+        box = tight_box(figure)
     engine = figure.get_layout_engine()
     if engine is not None:
         without_layout_engine(figure)  # the positions just computed, for every file
@@ -88,6 +165,8 @@ def save_figure(
                 )
             elif fmt == "svg":
                 path.write_text(svg)
+            elif fmt == "png" and png is not None:
+                matplotlib.image.imsave(path, png, format="png", dpi=dpi)
             else:
                 figure.savefig(path, dpi=dpi, bbox_inches=box)
             paths.append(path)

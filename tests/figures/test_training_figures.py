@@ -73,18 +73,54 @@ def test_save_figure_cuts_every_file_as_savefig_tight_does_from_one_layout(
     drawing = svg.read_text()
     assert drawing[drawing.index("<svg") :] in page.read_text()
     assert type(figure.get_layout_engine()).__name__ == "ConstrainedLayoutEngine"
-    # three passes over the figure for two files: the layout, the SVG, the PNG (savefig
-    # adds a layout pass to each file of a figure that keeps any layout engine: five)
+    # two passes over the figure for two files: the layout drawn to the PNG's pixels, and
+    # the SVG (savefig adds a layout pass to each file of a figure that keeps any layout
+    # engine, and cuts each to its tight box with one pass more: five)
     draws = []
     original = Figure.draw
     monkeypatch.setattr(Figure, "draw", lambda self, r: draws.append(r) or original(self, r))
     save_figure(figure, tmp_path / "counted", formats=("png", "svg"))
-    assert len(draws) == 3
+    assert len(draws) == 2
     # a figure without a layout engine is saved too, and left without one
     plain = Figure()
     plain.subplots().plot([0, 1])
     assert save_figure(plain, tmp_path / "plain", formats=("png",))[0].is_file()
     assert plain.get_layout_engine() is None
+
+
+def test_the_png_is_what_savefig_draws_of_the_same_layout_pixel_for_pixel(tmp_path: Path) -> None:
+    """Cut from the drawing that laid the figure out, the PNG is savefig's image of the
+    same layout cut to the tight box moved by under a pixel onto the pixel grid, to the
+    last pixel, sized as savefig's tight image and with its metadata; a figure that draws
+    beyond its edge is drawn again, as savefig draws it, so that nothing is cut off."""
+    import matplotlib  # noqa: PLC0415
+    import numpy as np  # noqa: PLC0415
+    from PIL import Image  # noqa: PLC0415
+
+    from latentlens.figures.save import draw_pixels, pixel_box, without_layout_engine  # noqa: PLC0415
+
+    def pixels(path: Path) -> np.ndarray:
+        return np.asarray(Image.open(path).convert("RGBA"))
+
+    for name, beyond in (("inside", False), ("beyond", True)):
+        figure = metric_curves({"a": write_run(tmp_path / name, 0.0)}, metric="r2")
+        if beyond:
+            figure.text(1.02, 0.5, "a note beyond the right edge", fontsize=14)
+        tight = tmp_path / f"{name}-tight.png"
+        figure.savefig(tight, dpi=150, bbox_inches="tight")
+        (png,) = save_figure(figure, tmp_path / name, formats=("png",))
+        assert pixels(png).shape == pixels(tight).shape, name
+        assert Image.open(png).info["Software"] == Image.open(tight).info["Software"]
+        assert Image.open(png).info["dpi"] == pytest.approx(Image.open(tight).info["dpi"])
+        # the same layout again, drawn by savefig itself
+        _, size, content = draw_pixels(figure, 150)
+        without_layout_engine(figure)
+        box = content.padded(matplotlib.rcParams["savefig.pad_inches"])
+        reference = tmp_path / f"{name}-reference.png"
+        figure.savefig(reference, dpi=150, bbox_inches=box if beyond else pixel_box(size, box, 150))
+        assert np.array_equal(pixels(png), pixels(reference)), name
+    # the note beyond the edge is in the PNG: dark pixels at its right
+    assert (pixels(png)[:, -40:, :3].min(axis=2) < 100).any()
 
 
 def test_every_logged_metric_gets_curves_and_the_loss_a_log_scale(tmp_path: Path) -> None:
