@@ -30,8 +30,16 @@ def worth_a_side_process() -> bool:
     return available_cpus() >= 2
 
 
-def _ignore_ctrl_c() -> None:
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
+def _prepare_worker() -> None:
+    """Ctrl-C is for the command, which stops the worker; the stop (SIGTERM) unwinds the
+    worker, so that it releases what it holds (tqdm's lock, a semaphore the resource
+    tracker would otherwise report leaked)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
 
 
 class SideProcess:
@@ -53,7 +61,7 @@ class SideProcess:
         result."""
         if self._pool is None:
             spawn = multiprocessing.get_context("spawn")
-            self._pool = spawn.Pool(1, initializer=_ignore_ctrl_c)
+            self._pool = spawn.Pool(1, initializer=_prepare_worker)
         return self._pool.apply_async(function, args, callback=callback)
 
     def __enter__(self) -> SideProcess:

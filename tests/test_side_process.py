@@ -6,6 +6,8 @@ import json
 import multiprocessing
 import os
 import signal
+import subprocess
+import sys
 import time
 from dataclasses import replace
 
@@ -85,3 +87,33 @@ def test_the_live_run_leaves_a_cpu_to_the_side_process(tmp_path, monkeypatch) ->
         assert leave_a_cpu(None)  # a finished run trains nothing
     finally:
         torch.set_num_threads(before)
+
+
+STOPPED_MID_JOB = """
+import time
+from latentlens.progress import progress_bar
+from latentlens.side_process import SideProcess
+
+def job():
+    with progress_bar(total=1, disable=True):  # tqdm's lock: a semaphore in the worker
+        time.sleep(60)
+
+if __name__ == "__main__":
+    try:
+        with SideProcess() as side:
+            side.submit(job)
+            time.sleep(3)
+            raise RuntimeError
+    except RuntimeError:
+        print("stopped")
+"""
+
+
+def test_a_stopped_worker_releases_what_it_holds(tmp_path) -> None:
+    """Stopped mid-job, the worker unwinds: no 'leaked semaphore' warning after Ctrl-C."""
+    script = tmp_path / "stop.py"
+    script.write_text(STOPPED_MID_JOB)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    assert done.returncode == 0 and done.stdout.strip() == "stopped", done.stderr[-2000:]
+    assert "leaked" not in done.stderr, done.stderr[-2000:]
