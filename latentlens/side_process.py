@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import multiprocessing
 import multiprocessing.pool
+import os
 import signal
 from collections.abc import Callable
 from types import TracebackType
@@ -42,13 +43,20 @@ def _prepare_worker() -> None:
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
 
 
+class SideProcessDied(RuntimeError):
+    """The side process stopped before it finished a job (killed, out of memory)."""
+
+
 class SideProcess:
     """One spawned worker, started by the first :meth:`submit` (a ``with`` block that
     submits nothing starts nothing). Leaving the block normally waits for the jobs
-    submitted; an error or Ctrl-C stops the worker first."""
+    submitted; an error or Ctrl-C stops the worker first. A worker that dies is an error
+    (:class:`SideProcessDied`), not a wait for a job that will never finish."""
 
     def __init__(self) -> None:
         self._pool: multiprocessing.pool.Pool | None = None
+        self._worker: int | None = None
+        self._jobs: list[multiprocessing.pool.AsyncResult] = []
 
     def submit(
         self,
@@ -56,13 +64,32 @@ class SideProcess:
         args: tuple = (),
         callback: Callable[[Any], None] | None = None,
     ) -> multiprocessing.pool.AsyncResult:
-        """Run ``function(*args)`` in the worker; ``.get()`` on the answer returns its
+        """Run ``function(*args)`` in the worker; :meth:`result` of the answer returns its
         result or raises its error. ``callback`` runs here, on another thread, with the
         result."""
         if self._pool is None:
             spawn = multiprocessing.get_context("spawn")
             self._pool = spawn.Pool(1, initializer=_prepare_worker)
-        return self._pool.apply_async(function, args, callback=callback)
+            self._worker = self._pool.apply(os.getpid)
+        job = self._pool.apply_async(function, args, callback=callback)
+        self._jobs.append(job)
+        return job
+
+    def result(self, job: multiprocessing.pool.AsyncResult) -> Any:
+        """``job``'s result (its error raised here); :class:`SideProcessDied` if the
+        worker stops first."""
+        self._wait(job)
+        return job.get()
+
+    def _wait(self, job: multiprocessing.pool.AsyncResult) -> None:
+        while not job.ready():
+            job.wait(1.0)
+            alive = {child.pid for child in multiprocessing.active_children()}
+            if not job.ready() and self._worker not in alive:
+                raise SideProcessDied(
+                    f"the side process (pid {self._worker}) stopped before finishing its job: "
+                    "killed, or out of memory; run the command again"
+                )
 
     def __enter__(self) -> SideProcess:
         return self
@@ -75,8 +102,17 @@ class SideProcess:
     ) -> None:
         if self._pool is None:
             return
-        if kind is None:
-            self._pool.close()
-        else:
-            self._pool.terminate()
-        self._pool.join()
+        stop = kind is not None
+        try:
+            if not stop:
+                for job in self._jobs:
+                    self._wait(job)
+        except BaseException:
+            stop = True
+            raise
+        finally:
+            if stop:
+                self._pool.terminate()
+            else:
+                self._pool.close()
+            self._pool.join()

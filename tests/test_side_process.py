@@ -16,21 +16,32 @@ import torch
 
 from latentlens.probes.run import probe_run
 from latentlens.reports.demo_runs import SIZES, copy_zoo_run, leave_a_cpu, live_trainer
-from latentlens.side_process import SideProcess
+from latentlens.side_process import SideProcess, SideProcessDied
 from latentlens.threads import ENVIRONMENT, available_cpus
 
 
 def test_jobs_run_in_another_process_and_hand_back_results_and_errors() -> None:
     with SideProcess() as side:
-        assert side.submit(os.getpid).get() != os.getpid()
+        assert side.result(side.submit(os.getpid)) != os.getpid()
         # Ctrl-C reaches the whole process group; the command, not the worker, handles it
-        assert side.submit(signal.getsignal, (signal.SIGINT,)).get() == signal.SIG_IGN
+        assert side.result(side.submit(signal.getsignal, (signal.SIGINT,))) == signal.SIG_IGN
         failed = side.submit(int, ("seven",))
         with pytest.raises(ValueError, match="seven"):
-            failed.get()
+            side.result(failed)
         called = []
-        side.submit(abs, (-3,), callback=called.append).get()
+        side.result(side.submit(abs, (-3,), callback=called.append))
     assert called == [3]  # the callback had the result
+
+
+def test_a_worker_that_dies_mid_job_is_an_error_not_a_wait() -> None:
+    started = time.perf_counter()
+    died = pytest.raises(SideProcessDied, match="stopped before finishing its job")
+    with died, SideProcess() as side:
+        side.result(side.submit(os._exit, (9,)))  # as the OOM killer would
+    assert time.perf_counter() - started < 20
+    # also when the block never asks for the result
+    with pytest.raises(SideProcessDied), SideProcess() as side:
+        side.submit(os._exit, (9,))
 
 
 def test_a_block_that_submits_nothing_starts_no_process() -> None:
@@ -42,7 +53,7 @@ def test_a_block_that_submits_nothing_starts_no_process() -> None:
 def test_a_failing_command_stops_the_worker_at_once() -> None:
     started = time.perf_counter()
     with pytest.raises(RuntimeError, match="the command failed"), SideProcess() as side:
-        worker = side.submit(os.getpid).get()
+        worker = side.result(side.submit(os.getpid))
         side.submit(time.sleep, (60,))  # a job nobody will read
         raise RuntimeError("the command failed")
     assert time.perf_counter() - started < 20  # not the job's 60 s
@@ -59,7 +70,7 @@ def test_a_zoo_model_probed_beside_gives_the_numbers_it_gives_here(tmp_path, mon
     args = (128, "pca", None, "cpu", True, 128)
     results = probe_run(here, *args)
     with SideProcess() as side:
-        results_beside = side.submit(probe_run, (beside, *args)).get()
+        results_beside = side.result(side.submit(probe_run, (beside, *args)))
     assert json.dumps(results_beside) == json.dumps(results)
     assert (beside / "probes" / "results.json").read_bytes() == (
         here / "probes" / "results.json"
@@ -92,7 +103,7 @@ def test_the_live_run_leaves_a_cpu_to_the_side_process(tmp_path, monkeypatch) ->
 STOPPED_MID_JOB = """
 import time
 from latentlens.progress import progress_bar
-from latentlens.side_process import SideProcess
+from latentlens.side_process import SideProcess, SideProcessDied
 
 def job():
     with progress_bar(total=1, disable=True):  # tqdm's lock: a semaphore in the worker

@@ -133,7 +133,7 @@ def run_demo(
             if beside:
                 stages.set_postfix_str("probe and draw the zoo's models")
             for path, job in beside.items():
-                results[path], figures[path] = job.get()
+                results[path], figures[path] = side.result(job)
         stages.set_postfix_str("report")
         drawn = {}
         for name, group in (("zoo", converged), ("live", live)):
