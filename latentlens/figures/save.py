@@ -64,14 +64,6 @@ def pixel_window(size: Bbox, box: Bbox, dpi: float) -> tuple[int, int, int, int]
     return round((size.height - box.y1) * dpi), round(box.x0 * dpi), height, width
 
 
-def pixel_box(size: Bbox, box: Bbox, dpi: float) -> Bbox:
-    """``box`` moved by under a pixel onto the canvas's pixel grid (:func:`pixel_window`),
-    in inches: ``savefig(bbox_inches=pixel_box(...))`` draws what :func:`cut_to_box` cuts."""
-    top, left, height, width = pixel_window(size, box, dpi)
-    bottom = size.height * dpi - top - height
-    return Bbox.from_bounds(left / dpi, bottom / dpi, width / dpi, height / dpi)
-
-
 def cut_to_box(pixels: np.ndarray, size: Bbox, box: Bbox, dpi: float, face) -> np.ndarray:
     """The pixels ``[height, width, 4]`` of :func:`pixel_window` in ``pixels``, a canvas
     of ``size`` drawn at ``dpi``; what lies beyond the canvas is the figure's ``face``
@@ -142,7 +134,7 @@ def save_figure(
     as_drawn = rc["savefig.facecolor"] == rc["savefig.edgecolor"] == "auto"
     if "png" in formats and as_drawn and not rc["savefig.transparent"]:
         pixels, size, content = draw_pixels(figure, dpi)
-        box = content.padded(matplotlib.rcParams["savefig.pad_inches"])
+        box = content.padded(rc["savefig.pad_inches"])
         if within(content, Bbox.from_bounds(0, 0, size.width, size.height)):
             png = cut_to_box(pixels, size, box, dpi, figure.get_facecolor())
     else:

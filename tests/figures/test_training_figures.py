@@ -95,12 +95,19 @@ def test_the_png_is_what_savefig_draws_of_the_same_layout_pixel_for_pixel(tmp_pa
     beyond its edge is drawn again, as savefig draws it, so that nothing is cut off."""
     import matplotlib  # noqa: PLC0415
     import numpy as np  # noqa: PLC0415
+    from matplotlib.transforms import Bbox  # noqa: PLC0415
     from PIL import Image  # noqa: PLC0415
 
-    from latentlens.figures.save import draw_pixels, pixel_box, without_layout_engine  # noqa: PLC0415
+    from latentlens.figures.save import draw_pixels, pixel_window, without_layout_engine  # noqa: PLC0415
 
     def pixels(path: Path) -> np.ndarray:
         return np.asarray(Image.open(path).convert("RGBA"))
+
+    def pixel_box(size: Bbox, box: Bbox, dpi: float) -> Bbox:
+        """The box save_figure cuts, in inches: ``box`` moved onto the pixel grid."""
+        top, left, height, width = pixel_window(size, box, dpi)
+        bottom = size.height * dpi - top - height
+        return Bbox.from_bounds(left / dpi, bottom / dpi, width / dpi, height / dpi)
 
     for name, beyond in (("inside", False), ("beyond", True)):
         figure = metric_curves({"a": write_run(tmp_path / name, 0.0)}, metric="r2")
