@@ -103,7 +103,7 @@ def test_the_live_run_leaves_a_cpu_to_the_side_process(tmp_path, monkeypatch) ->
 STOPPED_MID_JOB = """
 import time
 from latentlens.progress import progress_bar
-from latentlens.side_process import SideProcess, SideProcessDied
+from latentlens.side_process import SideProcess
 
 def job():
     with progress_bar(total=1, disable=True):  # tqdm's lock: a semaphore in the worker
