@@ -10,10 +10,16 @@
   and a test comparing two runs bit for bit never sees their thread counts differ.
 - New runs compute their step eagerly (``LATENTLENS_PATH``) instead of timing each path
   first (``latentlens.training.fast_path``); the tests of that choice unset it.
+- ``one_ray_instance``: a local Ray instance shared by a module's tests that train on Ray
+  in the pytest process (a sweep, or ``ray_map``, joins the instance running in its
+  process), so that Ray starts, and its workers import torch and latentlens, once per
+  module instead of once per call.
 """
 
 import os
+from collections.abc import Iterator
 
+import pytest
 import torch
 
 from latentlens.threads import ENVIRONMENT, choose_threads
@@ -29,3 +35,16 @@ os.environ[ENVIRONMENT] = str(THREADS)
 os.environ.setdefault("OMP_NUM_THREADS", str(THREADS))
 torch.set_num_threads(THREADS)
 os.environ[PATH_ENVIRONMENT] = "eager"
+
+
+@pytest.fixture(scope="module")
+def one_ray_instance() -> Iterator[None]:
+    """A local Ray instance of 2 CPUs, running from the first test of the module that asks
+    for it to the module's end (then shut down, its processes reaped)."""
+    ray = pytest.importorskip("ray")
+    from latentlens.sweep.reaper import ray_instance
+
+    with ray_instance(ray, num_cpus=2, include_dashboard=False, log_to_driver=False,
+                      configure_logging=False) as started:  # fmt: skip
+        assert started, "Ray was already running in this process"
+        yield

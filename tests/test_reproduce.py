@@ -132,6 +132,7 @@ def test_only_replaces_its_own_sections(reproduce) -> None:
     assert updated == "# Results\n\nheader\n\n## A\n\nold a\n\n## B\n\nnew b\n\n## C\n\nnew c\n"
 
 
+@pytest.mark.usefixtures("one_ray_instance")
 def test_a_second_call_reuses_the_runs(tiny, reproduce, tmp_path: Path) -> None:
     runs, _, text = tiny
     before = (runs / "timings.json").read_text()
@@ -144,6 +145,7 @@ def test_a_second_call_reuses_the_runs(tiny, reproduce, tmp_path: Path) -> None:
     assert tables(again.read_text()) == tables(section) != []
 
 
+@pytest.mark.usefixtures("one_ray_instance")  # --jobs 2: Ray workers
 def test_worker_processes_train_what_one_process_would(reproduce, tmp_path: Path) -> None:
     from reproduction import fuzzy_logic_section
 
@@ -432,6 +434,7 @@ def test_the_a1_section_says_how_its_runs_were_trained(reproduce, tmp_path) -> N
     assert how_trained(tmp_path) == "per variant, each run trained alone by `latentlens sweep`"
 
 
+@pytest.mark.usefixtures("one_ray_instance")
 def test_a_sections_runs_trained_by_a_sweep_are_probed_and_reported_not_retrained(
     reproduce, tmp_path: Path
 ) -> None:

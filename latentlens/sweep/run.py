@@ -53,16 +53,18 @@ def ray_map(
     python_path: Sequence[str] = (),
 ) -> Iterator[Any]:
     """``function(*call)`` for every call, as Ray tasks on a local instance of ``num_cpus``
-    CPUs (one core, or one GPU, per task; a task whose worker dies is retried once); the
-    results in the order of ``calls``. ``python_path``: folders the workers import from
-    (the driver's ``sys.path`` additions do not reach them)."""
+    CPUs, or on the instance already running in this process (one core, or one GPU, per
+    task; a task whose worker dies is retried once); the results in the order of
+    ``calls``. ``python_path``: folders the workers import from (the driver's ``sys.path``
+    additions do not reach them; set on the tasks, so an instance started elsewhere gets
+    them too)."""
     ray = require_ray()
     paths = [*python_path, os.environ.get("PYTHONPATH", "")]
     env = {"PYTHONPATH": os.pathsep.join(p for p in paths if p)}
     with ray_instance(ray, num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
-                      configure_logging=False, runtime_env={"env_vars": env}):  # fmt: skip
+                      configure_logging=False):  # fmt: skip
         resources = {"num_gpus": 1} if device.startswith("cuda") else {"num_cpus": 1}
-        remote = ray.remote(max_retries=1, **resources)(function)
+        remote = ray.remote(max_retries=1, runtime_env={"env_vars": env}, **resources)(function)
         refs = [remote.remote(*call) for call in calls]
         for ref in refs:
             yield ray.get(ref)

@@ -1,14 +1,12 @@
 """`latentlens sweep` training cells, in this process, on one local Ray instance of 2 CPUs
-that these tests share: a sweep joins the instance running in its process instead of
-starting its own (``ray_instance``), so Ray starts, and its workers import torch and
-latentlens, once for the module rather than once per sweep. Starting and stopping a sweep's
-own instance, however the sweep ends, is tested in ``test_sweep.py``, each in a subprocess."""
+that these tests share (``one_ray_instance``): a sweep joins the instance running in its
+process instead of starting its own. Starting and stopping a sweep's own instance, however
+the sweep ends, is tested in ``test_sweep.py``, each in a subprocess."""
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
 
 import pytest
 
@@ -17,16 +15,7 @@ from latentlens.training import RunDirectory
 
 from .test_sweep import BASE, train_alone, write_spec
 
-
-@pytest.fixture(scope="module", autouse=True)
-def one_ray_instance() -> Iterator[None]:
-    ray = pytest.importorskip("ray")
-    from latentlens.sweep.reaper import ray_instance
-
-    with ray_instance(ray, num_cpus=2, include_dashboard=False, log_to_driver=False,
-                      configure_logging=False) as started:  # fmt: skip
-        assert started, "Ray was running before this module's tests"
-        yield
+pytestmark = pytest.mark.usefixtures("one_ray_instance")
 
 
 def test_a_sweep_on_local_ray_runs_skips_and_reports(tmp_path, capsys) -> None:
