@@ -7,12 +7,15 @@ from __future__ import annotations
 import html
 import io
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import matplotlib
+import matplotlib.artist
+import matplotlib.axis
 import matplotlib.image
 import matplotlib.text
+import matplotlib.ticker
 import numpy as np
 import plotly.graph_objects as go
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -21,6 +24,8 @@ from matplotlib.figure import Figure
 from matplotlib.transforms import Bbox
 
 MATPLOTLIB_FORMATS = ("png", "svg", "pdf", "html")
+# formatters whose tick labels are numbers, some written as mathtext on purpose
+NUMERIC_FORMATTERS = (matplotlib.ticker.ScalarFormatter, matplotlib.ticker.LogFormatter)
 
 
 def figure_svg(figure: Figure, bbox_inches: Bbox | str = "tight") -> str:
@@ -101,11 +106,33 @@ def without_layout_engine(figure: Figure) -> None:
 
 
 def as_written(figure: Figure) -> None:
-    """Every text of ``figure`` drawn as written, never as mathtext: labels hold run
-    names and values (a run named ``r$\\frac{a}{$`` stopped ``latentlens figures`` with
-    matplotlib's ParseSyntaxException); latentlens's own labels use no mathtext."""
-    for text in figure.findobj(matplotlib.text.Text):
+    """Every text of ``figure`` that holds words drawn as written, never as mathtext:
+    labels hold run names and values (a run named ``r$\\frac{a}{$`` stopped ``latentlens
+    figures`` with matplotlib's ParseSyntaxException); latentlens's own labels use no
+    mathtext. Tick labels that a numeric formatter writes stay as it writes them (a log
+    axis's powers of ten are mathtext); those given as strings are words."""
+    for text in _worded_texts(figure):
         text.set_parse_math(False)
+
+
+def _worded_texts(artist: matplotlib.artist.Artist) -> Iterator[matplotlib.text.Text]:
+    """The texts under ``artist``, an axis's tick labels only where its formatter does not
+    write numbers (an axis's ticks are not made for the numeric ones: making and laying
+    them out took about 0.4 s of a log-scaled figure's 1.9 s)."""
+    if isinstance(artist, matplotlib.axis.Axis):
+        yield artist.label
+        major = (artist.get_major_formatter(), artist.get_major_ticks)
+        minor = (artist.get_minor_formatter(), artist.get_minor_ticks)
+        for formatter, ticks in (major, minor):
+            if not isinstance(formatter, NUMERIC_FORMATTERS):
+                for tick in ticks():
+                    yield tick.label1
+                    yield tick.label2
+        return
+    if isinstance(artist, matplotlib.text.Text):
+        yield artist
+    for child in artist.get_children():
+        yield from _worded_texts(child)
 
 
 def save_figure(

@@ -242,3 +242,27 @@ def test_a_report_of_many_embeddings_draws_every_one(tmp_path: Path, page) -> No
     )
     assert drawn == [points] * 20  # no blank plot, every point of each
     assert not [w for w in warnings if "WebGL" in w] and page.errors == []
+
+
+def test_a_log_axis_keeps_its_powers_of_ten_beside_labels_drawn_as_written(tmp_path: Path) -> None:
+    """Drawing every text as written (the test above) drew a log axis's tick labels as
+    written too: the loss curves showed $\\mathdefault{10^{-2}}$ for 10⁻². A numeric
+    formatter's tick labels keep their mathtext; titles, labels, legends and tick labels
+    given as strings are words."""
+    from matplotlib.figure import Figure
+
+    from latentlens.figures.save import save_figure
+
+    figure = Figure()
+    axes = figure.subplots()
+    axes.plot([1, 2, 3], [1e-2, 1e-1, 1.0], label="r$")
+    axes.set_yscale("log")
+    axes.set_title(r"r$\frac{a}{$")
+    axes.set_xticks([1, 2, 3], ["a$", "b", "c"])
+    axes.legend()
+    save_figure(figure, tmp_path / "log", ("png", "svg"))
+    powers = [label for label in axes.get_yticklabels() if label.get_text()]
+    assert powers and all("10^" in label.get_text() for label in powers)
+    assert all(label.get_parse_math() for label in powers)
+    words = [axes.title, *axes.get_xticklabels(), *axes.get_legend().get_texts()]
+    assert not any(text.get_parse_math() for text in words)
