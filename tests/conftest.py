@@ -42,10 +42,9 @@ def one_ray_instance() -> Iterator[None]:
     """A local Ray instance of 2 CPUs, running from the first test of the module that asks
     for it to the module's end (then shut down, its processes reaped)."""
     from latentlens.sweep.reaper import ray_instance
-    from latentlens.sweep.run import require_ray
+    from latentlens.sweep.run import QUIET_INIT, require_ray
 
     ray = require_ray()  # the dev extra holds Ray: its absence fails, naming the extra
-    with ray_instance(ray, num_cpus=2, include_dashboard=False, log_to_driver=False,
-                      configure_logging=False) as started:  # fmt: skip
+    with ray_instance(ray, num_cpus=2, **QUIET_INIT) as started:
         assert started, "Ray was already running in this process"
         yield

@@ -117,8 +117,7 @@ def as_written(figure: Figure) -> None:
 
 def _worded_texts(artist: matplotlib.artist.Artist) -> Iterator[matplotlib.text.Text]:
     """The texts under ``artist``, an axis's tick labels only where its formatter does not
-    write numbers (an axis's ticks are not made for the numeric ones: making and laying
-    them out took about 0.4 s of a log-scaled figure's 1.9 s)."""
+    write numbers (a numeric axis's ticks are not visited, nor made to be visited)."""
     if isinstance(artist, matplotlib.axis.Axis):
         yield artist.label
         major = (artist.get_major_formatter(), artist.get_major_ticks)

@@ -45,6 +45,11 @@ def require_ray() -> Any:
     return ray
 
 
+# ray.init's options for every instance latentlens starts or joins: no dashboard, the
+# workers' output kept out of the driver's, and the driver's logging left alone
+QUIET_INIT = {"include_dashboard": False, "log_to_driver": False, "configure_logging": False}
+
+
 def ray_map(
     function: Callable[..., Any],
     calls: Sequence[tuple],
@@ -61,8 +66,7 @@ def ray_map(
     ray = require_ray()
     paths = [*python_path, os.environ.get("PYTHONPATH", "")]
     env = {"PYTHONPATH": os.pathsep.join(p for p in paths if p)}
-    with ray_instance(ray, num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
-                      configure_logging=False):  # fmt: skip
+    with ray_instance(ray, num_cpus=num_cpus, **QUIET_INIT):
         resources = {"num_gpus": 1} if device.startswith("cuda") else {"num_cpus": 1}
         remote = ray.remote(max_retries=1, runtime_env={"env_vars": env}, **resources)(function)
         refs = [remote.remote(*call) for call in calls]
@@ -372,8 +376,7 @@ def _sweep_cells(
         print(f"{found} of {len(cells)} cells found finished", flush=True)
     if not pending:
         return states
-    with ray_instance(ray, address=address, num_cpus=num_cpus, include_dashboard=False,
-                      log_to_driver=False, configure_logging=False):  # fmt: skip
+    with ray_instance(ray, address=address, num_cpus=num_cpus, **QUIET_INIT):
         resources = {"num_gpus": 1} if device.startswith("cuda") else {"num_cpus": 1}
         group = ray.remote(max_retries=1, **resources)(train_group)
         refs: dict[Any, list[Cell]] = {}
