@@ -50,6 +50,11 @@ def require_ray() -> Any:
 QUIET_INIT = {"include_dashboard": False, "log_to_driver": False, "configure_logging": False}
 
 
+def task_resources(device: str) -> dict[str, int]:
+    """What one Ray task holds: a GPU on CUDA, else a CPU (one run per core)."""
+    return {"num_gpus": 1} if device.startswith("cuda") else {"num_cpus": 1}
+
+
 def ray_map(
     function: Callable[..., Any],
     calls: Sequence[tuple],
@@ -67,8 +72,8 @@ def ray_map(
     paths = [*python_path, os.environ.get("PYTHONPATH", "")]
     env = {"PYTHONPATH": os.pathsep.join(p for p in paths if p)}
     with ray_instance(ray, num_cpus=num_cpus, **QUIET_INIT):
-        resources = {"num_gpus": 1} if device.startswith("cuda") else {"num_cpus": 1}
-        remote = ray.remote(max_retries=1, runtime_env={"env_vars": env}, **resources)(function)
+        options = {"max_retries": 1, "runtime_env": {"env_vars": env}, **task_resources(device)}
+        remote = ray.remote(**options)(function)
         refs = [remote.remote(*call) for call in calls]
         for ref in refs:
             yield ray.get(ref)
@@ -377,8 +382,7 @@ def _sweep_cells(
     if not pending:
         return states
     with ray_instance(ray, address=address, num_cpus=num_cpus, **QUIET_INIT):
-        resources = {"num_gpus": 1} if device.startswith("cuda") else {"num_cpus": 1}
-        group = ray.remote(max_retries=1, **resources)(train_group)
+        group = ray.remote(max_retries=1, **task_resources(device))(train_group)
         refs: dict[Any, list[Cell]] = {}
         units = seed_groups(pending) if group_seeds else [[c] for c in pending]
         for cells_of in most_steps_left_first(units, out):
