@@ -30,7 +30,7 @@ import torch
 
 from latentlens.kernels.build import load, operators, slices, threads
 from latentlens.kernels.gelu_tanh import bias_backward_values, bias_forward_values
-from latentlens.kernels.linear import MIN_OUTPUTS, has_onednn, linear, row_products, transposed
+from latentlens.kernels.linear import MIN_OUTPUTS, has_onednn, linear, row_products
 
 # Rows per block: each [rows, d_mlp] block of activations and gradients about a quarter
 # megabyte, so that a few of them fit a core's L2 cache with the weights.
@@ -140,9 +140,9 @@ def backward_values(
     times ``dout``, from its saved ``h`` and ``y``."""
     x, w_in, b_in, w_out, h, y, dout = (t.contiguous() for t in (x, w_in, b_in, w_out, h, y, dout))
     if on_onednn(w_in):
-        dh, db_in = bias_backward_values(h, b_in, linear(dout, transposed(w_out)))
+        dh, db_in = bias_backward_values(h, b_in, linear(dout, w_out.T))
         dw_out, dw_in = row_products(dout, y), row_products(dh, x)  # [D, F], [F, D]
-        return linear(dh, transposed(w_in)), dw_in, db_in, dw_out
+        return linear(dh, w_in.T), dw_in, db_in, dw_out
     d_mlp, d_model = w_in.shape
     rows, block = x.numel() // max(d_model, 1), block_rows(d_mlp)
     runs = slices(-(-rows // block), BACKWARD_RUNS)

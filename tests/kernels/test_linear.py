@@ -96,3 +96,20 @@ def test_the_tiled_transpose_is_the_transpose(shape, threads) -> None:
         torch.set_num_threads(previous)
     assert out.shape == (shape[1], shape[0]) and out.is_contiguous()
     assert torch.equal(out, x.T) and torch.equal(back, view)
+
+
+@pytest.mark.parametrize("outputs, inputs, rows", MODEL_SHAPES[:-1])
+def test_a_transposed_view_as_second_operand_is_its_copy_to_the_bit(outputs, inputs, rows) -> None:
+    """The backward passes give oneDNN the weight and ``x`` as transposed views where they
+    once copied them: the same bits on 1 to 3 threads, so a run resumed across that change
+    goes on as before."""
+    gen = torch.Generator().manual_seed(3)
+    a, w = torch.randn(outputs, rows, generator=gen), torch.randn(rows, inputs, generator=gen)
+    before = torch.get_num_threads()
+    try:
+        for threads in (1, 2, 3):
+            torch.set_num_threads(threads)
+            copied = linear_kernels.linear(a, transposed(w))
+            assert torch.equal(linear_kernels.linear(a, w.T), copied)
+    finally:
+        torch.set_num_threads(before)
