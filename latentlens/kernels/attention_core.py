@@ -26,8 +26,9 @@ import ctypes
 from functools import cache
 
 import torch
+from torch.library import register_autograd, register_fake
 
-from latentlens.kernels.build import load, slices, threads
+from latentlens.kernels.build import load, operator, slices, threads
 
 NORMALIZATIONS = {"softmax": 0, "rms_head": 1, "none": 2}
 VALUE_NETWORKS = {None: 0, "relu": 1, "identity": 2}  # the mlp one's activation; None: linear
@@ -201,7 +202,7 @@ def packed_core(packed: torch.Tensor, d_q: int, d_k: int, *options):
 # Inductor's graph cache keys a compiled step on the operators' names, not their Python:
 # a change to what an operator returns (its fake function) needs a new name, or a cached
 # step built on the old one fails its size checks.
-@torch.library.custom_op("latentlens::self_attention_core", mutates_args=())
+@operator("self_attention_core")
 def self_attention_core(
     packed: torch.Tensor,
     bias: torch.Tensor | None,
@@ -224,7 +225,7 @@ def self_attention_core(
     return core_forward(spec, q, k, v, bias, drop)
 
 
-@self_attention_core.register_fake
+@register_fake(self_attention_core)
 def _(packed, bias, drop, d_q, d_k, normalization, activation, causal, query_start, eps):
     batch, positions, heads, width = packed.shape
     queries = positions - query_start
@@ -232,7 +233,7 @@ def _(packed, bias, drop, d_q, d_k, normalization, activation, causal, query_sta
     return packed.new_empty(batch, queries, heads, width - d_q - d_k), packed.new_empty(rows)
 
 
-@torch.library.custom_op("latentlens::self_attention_core_backward", mutates_args=())
+@operator("self_attention_core_backward")
 def self_attention_core_backward(
     packed: torch.Tensor,
     bias: torch.Tensor | None,
@@ -260,7 +261,7 @@ def self_attention_core_backward(
     return d_packed, packed.new_empty(0) if dbias is None else dbias
 
 
-@self_attention_core_backward.register_fake
+@register_fake(self_attention_core_backward)
 def _(packed, bias, drop, rows, dz, d_q, d_k, normalization, activation, causal, query_start,
       eps):  # fmt: skip
     return torch.empty_like(packed), packed.new_empty(0) if bias is None else torch.empty_like(bias)
@@ -278,7 +279,7 @@ def _backward(ctx, dz, d_rows):
     return (d_packed, None if bias is None else dbias) + (None,) * 8
 
 
-self_attention_core.register_autograd(_backward, setup_context=_save_for_backward)
+register_autograd(self_attention_core, _backward, setup_context=_save_for_backward)
 
 
 def query_core(q: torch.Tensor, kv: torch.Tensor, d_k: int, *options):
@@ -289,7 +290,7 @@ def query_core(q: torch.Tensor, kv: torch.Tensor, d_k: int, *options):
     return q, kv, (k, v), core_spec(q, k, v, **dict(zip(OPTIONS, options, strict=True)))
 
 
-@torch.library.custom_op("latentlens::query_attention_core", mutates_args=())
+@operator("query_attention_core")
 def query_attention_core(
     q: torch.Tensor,
     kv: torch.Tensor,
@@ -310,14 +311,14 @@ def query_attention_core(
     return core_forward(spec, q, k, v, bias, drop)
 
 
-@query_attention_core.register_fake
+@register_fake(query_attention_core)
 def _(q, kv, bias, drop, d_k, normalization, activation, causal, query_start, eps):
     batch, queries, heads, _ = q.shape
     rows = row_shape(batch, queries, heads, normalization == "softmax")
     return q.new_empty(batch, queries, heads, kv.shape[-1] - d_k), q.new_empty(rows)
 
 
-@torch.library.custom_op("latentlens::query_attention_core_backward", mutates_args=())
+@operator("query_attention_core_backward")
 def query_attention_core_backward(
     q: torch.Tensor,
     kv: torch.Tensor,
@@ -342,7 +343,7 @@ def query_attention_core_backward(
     return dq, d_kv, q.new_empty(0) if dbias is None else dbias
 
 
-@query_attention_core_backward.register_fake
+@register_fake(query_attention_core_backward)
 def _(q, kv, bias, drop, rows, dz, d_k, normalization, activation, causal, query_start, eps):
     dbias = q.new_empty(0) if bias is None else torch.empty_like(bias)
     return torch.empty_like(q), torch.empty_like(kv), dbias
@@ -360,7 +361,7 @@ def _query_core_backward(ctx, dz, d_rows):
     return (dq, d_kv, None if bias is None else dbias) + (None,) * 7
 
 
-query_attention_core.register_autograd(_query_core_backward, setup_context=_save_query_core)
+register_autograd(query_attention_core, _query_core_backward, setup_context=_save_query_core)
 
 
 def fused_attention_core(

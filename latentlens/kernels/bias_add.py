@@ -14,8 +14,9 @@ import ctypes
 from functools import cache
 
 import torch
+from torch.library import register_fake
 
-from latentlens.kernels.build import load, slices, threads
+from latentlens.kernels.build import load, operator, slices, threads
 
 
 @cache
@@ -26,7 +27,7 @@ def library() -> ctypes.CDLL:
     return lib
 
 
-@torch.library.custom_op("latentlens::column_sums", mutates_args=())
+@operator("column_sums")
 def column_sums(dy: torch.Tensor) -> torch.Tensor:
     """The sums over every dimension but the last of float32 CPU ``dy [..., c]``: ``[c]``."""
     dy = dy.contiguous()
@@ -40,7 +41,7 @@ def column_sums(dy: torch.Tensor) -> torch.Tensor:
     return sums
 
 
-@column_sums.register_fake
+@register_fake(column_sums)
 def _(dy):
     return dy.new_empty(dy.shape[-1])
 

@@ -170,14 +170,37 @@ def slices(units: int, most: int = SLICES) -> int:
     return max(1, min(units, most))
 
 
-def operators(name: str, forward: Callable, backward: Callable) -> tuple[Callable, Callable]:
-    """A kernel's forward and backward Python functions (typed: the schema is inferred
-    from their annotations) as the operators ``latentlens::{name}`` and
-    ``latentlens::{name}_backward``, which a compiled step calls."""
-    return (
-        torch.library.custom_op(f"latentlens::{name}", forward, mutates_args=()),
-        torch.library.custom_op(f"latentlens::{name}_backward", backward, mutates_args=()),
-    )
+# The library the kernels' operators are defined in (``torch.ops.latentlens``); it must
+# live as long as the process: a dropped Library takes its operators with it.
+OPERATORS = torch.library.Library("latentlens", "FRAGMENT")
+
+
+def operator(name: str) -> Callable[[Callable], torch._ops.OpOverload]:
+    """A decorator: the typed Python ``function`` (its schema inferred from its
+    annotations, nothing mutated) as the CPU operator ``latentlens::{name}``, which a
+    compiled step calls. Its fake and autograd functions are registered on what it
+    returns (:func:`torch.library.register_fake`, :func:`torch.library.register_autograd`).
+
+    A plain library operator rather than :func:`torch.library.custom_op`, whose
+    Python wrappers (an autograd kernel on every operator, checks of each call's outputs)
+    cost about 5 us a call where this costs about 1: some 30 calls of a fused-compile
+    step (benchmarks/speed/operator_overhead.py)."""
+
+    def define(function: Callable) -> torch._ops.OpOverload:
+        schema = torch.library.infer_schema(function, mutates_args=())
+        OPERATORS.define(name + schema)
+        OPERATORS.impl(name, function, "CPU")
+        return getattr(torch.ops.latentlens, name).default
+
+    return define
+
+
+def operators(
+    name: str, forward: Callable, backward: Callable
+) -> tuple[torch._ops.OpOverload, torch._ops.OpOverload]:
+    """A kernel's forward and backward Python functions (typed) as the operators
+    ``latentlens::{name}`` and ``latentlens::{name}_backward`` (:func:`operator`)."""
+    return operator(name)(forward), operator(f"{name}_backward")(backward)
 
 
 def local_includes(source: Path) -> list[Path]:

@@ -13,6 +13,7 @@ import ctypes
 from functools import cache
 
 import torch
+from torch.library import register_autograd, register_fake
 
 from latentlens.kernels.build import load, operators, slices, threads
 
@@ -70,12 +71,12 @@ class FusedGeluTanh(torch.autograd.Function):
 gelu_tanh, gelu_tanh_backward = operators("gelu_tanh", forward_values, backward_values)
 
 
-@gelu_tanh.register_fake
+@register_fake(gelu_tanh)
 def _(x):
     return torch.empty_like(x, memory_format=torch.contiguous_format)
 
 
-@gelu_tanh_backward.register_fake
+@register_fake(gelu_tanh_backward)
 def _(x, dy):
     return torch.empty_like(x, memory_format=torch.contiguous_format)
 
@@ -89,7 +90,7 @@ def _backward(ctx, dy):
     return gelu_tanh_backward(x, dy)
 
 
-gelu_tanh.register_autograd(_backward, setup_context=_save_input)
+register_autograd(gelu_tanh, _backward, setup_context=_save_input)
 
 
 def fused_gelu_tanh(x: torch.Tensor) -> torch.Tensor:
@@ -156,12 +157,12 @@ bias_gelu_tanh, bias_gelu_tanh_backward = operators(
 )
 
 
-@bias_gelu_tanh.register_fake
+@register_fake(bias_gelu_tanh)
 def _(h, bias):
     return torch.empty_like(h, memory_format=torch.contiguous_format)
 
 
-@bias_gelu_tanh_backward.register_fake
+@register_fake(bias_gelu_tanh_backward)
 def _(h, bias, dy):
     return torch.empty_like(h, memory_format=torch.contiguous_format), h.new_empty(h.shape[-1])
 
@@ -175,4 +176,4 @@ def _bias_backward(ctx, dy):
     return bias_gelu_tanh_backward(h, bias, dy)
 
 
-bias_gelu_tanh.register_autograd(_bias_backward, setup_context=_save_inputs)
+register_autograd(bias_gelu_tanh, _bias_backward, setup_context=_save_inputs)

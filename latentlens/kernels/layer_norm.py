@@ -19,6 +19,7 @@ import ctypes
 from functools import cache
 
 import torch
+from torch.library import register_autograd, register_fake
 
 from latentlens.kernels.attention_core import address
 from latentlens.kernels.build import load, operators, slices, threads
@@ -290,14 +291,14 @@ add_layer_norm, add_layer_norm_backward = operators(
 )
 
 
-@add_layer_norm.register_fake
+@register_fake(add_layer_norm)
 def _(x, delta, delta_bias, weight, bias, eps):
     like = torch.empty_like(x, memory_format=torch.contiguous_format)
     rows = x.new_empty(x.shape[:-1])
     return like, torch.empty_like(like), rows, torch.empty_like(rows)
 
 
-@add_layer_norm_backward.register_fake
+@register_fake(add_layer_norm_backward)
 def _(total, mean, rstd, weight, d_normed, d_total):
     columns = total.shape[-1]
     dx = torch.empty_like(total, memory_format=torch.contiguous_format)
@@ -313,7 +314,7 @@ def _backward(ctx, d_total, d_normed, _d_mean, _d_rstd):
     return _gradients(ctx, d_total, d_normed, add_layer_norm_backward)
 
 
-add_layer_norm.register_autograd(_backward, setup_context=_setup_context)
+register_autograd(add_layer_norm, _backward, setup_context=_setup_context)
 
 
 class EmbedLayerNorm(torch.autograd.Function):
@@ -365,14 +366,14 @@ embed_layer_norm, embed_layer_norm_backward = operators(
 )
 
 
-@embed_layer_norm.register_fake
+@register_fake(embed_layer_norm)
 def _(inputs, embed_weight, embed_bias, weight, bias, eps):
     total = inputs.new_empty(*inputs.shape[:-1], embed_weight.shape[0])
     rows = inputs.new_empty(inputs.shape[:-1])
     return total, torch.empty_like(total), rows, torch.empty_like(rows)
 
 
-@embed_layer_norm_backward.register_fake
+@register_fake(embed_layer_norm_backward)
 def _(inputs, total, mean, rstd, weight, d_normed, d_total):
     columns = total.shape[-1]
     return (
@@ -390,7 +391,7 @@ def _embed_backward(ctx, d_total, d_normed, _d_mean, _d_rstd):
     return _embed_gradients(ctx, d_total, d_normed, embed_layer_norm_backward)
 
 
-embed_layer_norm.register_autograd(_embed_backward, setup_context=_setup_embed_context)
+register_autograd(embed_layer_norm, _embed_backward, setup_context=_setup_embed_context)
 
 
 class KeptAddLayerNorm(torch.autograd.Function):
@@ -446,14 +447,14 @@ kept_add_layer_norm, kept_add_layer_norm_backward = operators(
 )
 
 
-@kept_add_layer_norm.register_fake
+@register_fake(kept_add_layer_norm)
 def _(x, delta, delta_bias, weight, bias, eps, keep_from):
     total = torch.empty_like(x, memory_format=torch.contiguous_format)
     kept, rows = total[:, keep_from:].clone(), x.new_empty(x.shape[:-1])
     return kept, torch.empty_like(total), kept.clone(), total, rows, torch.empty_like(rows)
 
 
-@kept_add_layer_norm_backward.register_fake
+@register_fake(kept_add_layer_norm_backward)
 def _(total, mean, rstd, weight, d_normed, d_kept_normed, d_kept_total, keep_from):
     columns = total.shape[-1]
     dx = torch.empty_like(total, memory_format=torch.contiguous_format)
@@ -469,4 +470,4 @@ def _kept_backward(ctx, d_kept_total, d_normed, d_kept_normed, _d_total, _d_mean
     return _kept_gradients(ctx, d_kept_total, d_normed, d_kept_normed, kept_add_layer_norm_backward)
 
 
-kept_add_layer_norm.register_autograd(_kept_backward, setup_context=_setup_kept_context)
+register_autograd(kept_add_layer_norm, _kept_backward, setup_context=_setup_kept_context)

@@ -22,6 +22,7 @@ import ctypes
 from functools import cache
 
 import torch
+from torch.library import register_autograd, register_fake
 
 from latentlens.kernels.bias_add import column_sums
 from latentlens.kernels.build import load, operators, threads
@@ -121,12 +122,12 @@ _projection, _projection_backward = operators(
 )
 
 
-@_projection.register_fake
+@register_fake(_projection)
 def _(x, weight, bias):
     return x.new_empty(*x.shape[:-1], weight.shape[0])
 
 
-@_projection_backward.register_fake
+@register_fake(_projection_backward)
 def _(x, weight, dy, biased):
     dbias = dy.new_empty(dy.shape[-1] if biased else 0)
     return x.new_empty(x.shape), weight.new_empty(weight.shape), dbias  # contiguous
@@ -144,7 +145,7 @@ def _backward(ctx, dy):
     return dx, dweight, dbias if ctx.biased else None
 
 
-_projection.register_autograd(_backward, setup_context=_save)
+register_autograd(_projection, _backward, setup_context=_save)
 
 
 def projection(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:

@@ -27,6 +27,7 @@ from functools import cache
 from pathlib import Path
 
 import torch
+from torch.library import register_autograd, register_fake
 
 from latentlens.kernels.build import load, operators, slices, threads
 from latentlens.kernels.gelu_tanh import bias_backward_values, bias_forward_values
@@ -177,13 +178,13 @@ class FusedMLP(torch.autograd.Function):
 mlp, mlp_backward = operators("mlp", forward_values, backward_values)
 
 
-@mlp.register_fake
+@register_fake(mlp)
 def _(x, w_in, b_in, w_out):
     h = x.new_empty(*x.shape[:-1], w_in.shape[0])
     return torch.empty_like(x, memory_format=torch.contiguous_format), h, torch.empty_like(h)
 
 
-@mlp_backward.register_fake
+@register_fake(mlp_backward)
 def _(x, w_in, b_in, w_out, h, y, dout):
     return (
         torch.empty_like(x, memory_format=torch.contiguous_format),
@@ -202,7 +203,7 @@ def _backward(ctx, dout, _dh, _dy):
     return mlp_backward(*ctx.saved_tensors, dout)
 
 
-mlp.register_autograd(_backward, setup_context=_save)
+register_autograd(mlp, _backward, setup_context=_save)
 
 
 def fused_mlp(
