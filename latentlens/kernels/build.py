@@ -181,10 +181,11 @@ def operator(name: str) -> Callable[[Callable], torch._ops.OpOverload]:
     compiled step calls. Its fake and autograd functions are registered on what it
     returns (:func:`torch.library.register_fake`, :func:`torch.library.register_autograd`).
 
-    A plain library operator rather than :func:`torch.library.custom_op`, whose
-    Python wrappers (an autograd kernel on every operator, checks of each call's outputs)
-    cost about 5 us a call where this costs about 1: some 30 calls of a fused-compile
-    step (benchmarks/speed/operator_overhead.py)."""
+    A plain library operator rather than :func:`torch.library.custom_op`, whose Python
+    wrappers (an autograd kernel on every operator, checks of each call's outputs) cost
+    about 7 us a call over the function's own time, where this costs 2 without an
+    autograd formula and 5 with one; a fused-compile step makes some 30 calls
+    (benchmarks/speed/operator_overhead.py)."""
 
     def define(function: Callable) -> torch._ops.OpOverload:
         schema = torch.library.infer_schema(function, mutates_args=())
