@@ -63,10 +63,10 @@ def library() -> ctypes.CDLL:
 
 def transposed(x: torch.Tensor) -> torch.Tensor:
     """``x^T`` of float32 CPU ``x [rows, cols]`` as a contiguous ``[cols, rows]``: the
-    first operand of :func:`linear` where it is a transposed view (oneDNN reads that view
-    about 2.5x slower than a copy made by ``transpose.c``'s tiles; it reads the second
-    operand as a transposed view at full speed, to the same bits). A transposed view of
-    a contiguous tensor is that tensor, returned as it is."""
+    first operand of :func:`linear` where it is a transposed view (at ``[2048, 256]`` on
+    the view the matmul took 825 us, against 436 for ``transpose.c``'s tiled copy and the
+    matmul; the second operand goes in as a transposed view at full speed, to the same
+    bits). A transposed view of a contiguous tensor is that tensor, returned as it is."""
     if x.T.is_contiguous():
         return x.T
     x = x.contiguous()
