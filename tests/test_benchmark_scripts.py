@@ -75,6 +75,14 @@ def test_the_loop_profile_finds_every_part_of_the_loop(tmp_path: Path, monkeypat
     out = tmp_path / "profile.json"
     flags = ["--d-model", "16", "--eval-every", "10", "--eval-examples", "64"]
     assert module.main(["--steps", "20", "--out", str(out), "--", *flags]) == 0
-    parts = json.loads(out.read_text())["parts"]
+    profile = json.loads(out.read_text())
+    parts = profile["parts"]
     found = ("steps", "evaluation", "checkpoints", "tracked metrics (on_eval)")
     assert all(parts[part] > 0 for part in found), parts
+    # the parts do not overlap: evaluation once counted every function torch.no_grad wraps
+    assert parts["rest of the loop"] >= 0, parts
+    assert profile["steps"] == 20
+    # a command stopped by --time-budget (exit code 3) is profiled up to where it stopped
+    budget = ["--time-budget", "0.001"]
+    assert module.main(["--steps", "20", "--out", str(out), "--", *flags, *budget]) == 0
+    assert json.loads(out.read_text())["steps"] == 10  # stopped at the first evaluation
