@@ -130,3 +130,21 @@ def test_steps_the_kernel_cannot_take_go_to_pytorch(monkeypatch) -> None:
     assert take([grads[0].t().contiguous().t(), *grads[1:]]) == 1
     optimizer.param_groups[0]["maximize"] = True
     assert take(grads) == 1
+
+
+def test_a_changed_weight_decay_is_read_at_the_next_step() -> None:
+    """The per-tensor decays are kept between steps and made again when a group's weight
+    decay changes (an amended resume): beside PyTorch's fused AdamW, decay 0.1 then 0.4."""
+    ours, theirs, lr = parameters(3), parameters(3), torch.tensor(1e-2)
+    ours_optimizer, theirs_optimizer = adamw(ours, lr), adamw(theirs, lr)
+    step = FusedAdamWStep(ours_optimizer)
+    for k in range(6):
+        if k == 3:
+            for optimizer in (ours_optimizer, theirs_optimizer):
+                optimizer.param_groups[0]["weight_decay"] = 0.4
+        for p, q, g in zip(ours, theirs, gradients(k), strict=True):
+            p.grad, q.grad = g.clone(), g.clone()
+        step()
+        theirs_optimizer.step()
+    for p, q in zip(ours, theirs, strict=True):
+        torch.testing.assert_close(p, q, rtol=1e-6, atol=1e-7)

@@ -33,6 +33,7 @@ from latentlens.training import (
     train_or_resume,
     weight_decay_groups,
 )
+from latentlens.training.loop import NO_BAD_STEP, first_nonfinite
 
 TINY_MODEL = dict(d_model=32, n_heads=4, qk_dim=8, v_dim=8, d_mlp=64, n_layers=2)
 TINY_FLAGS = ["--d-model", "32", "--n-heads", "4", "--qk-dim", "8", "--v-dim", "8",
@@ -324,6 +325,17 @@ def test_nan_loss_stops_with_step_and_last_good_checkpoint(tmp_path: Path) -> No
     ):
         trainer.train()
     assert [s for s, _ in list_checkpoints(tmp_path / "run/checkpoints")] == [20]
+
+
+def test_the_first_nonfinite_loss_of_a_window_is_found() -> None:
+    """The loop checks its losses every LOG_EVERY steps at once: the step of the first NaN
+    or infinity among them (by the obvious loop), else NO_BAD_STEP."""
+    cases = [[0.5, 0.4, 0.3], [0.5, float("inf"), float("nan")], [float("nan"), 0.1],
+             [0.2, 0.1, float("-inf")], [0.2]]  # fmt: skip
+    for losses in cases:
+        slow = next((26 + i for i, x in enumerate(losses) if not math.isfinite(x)), NO_BAD_STEP)
+        found = first_nonfinite(torch.tensor(losses), first_step=26)
+        assert found.ndim == 0 and int(found) == slow, losses
 
 
 def test_a_damaged_checkpoint_is_skipped_for_the_newest_good_one(tmp_path: Path) -> None:
