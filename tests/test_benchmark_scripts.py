@@ -86,3 +86,35 @@ def test_the_loop_profile_finds_every_part_of_the_loop(tmp_path: Path, monkeypat
     budget = ["--time-budget", "0.001"]
     assert module.main(["--steps", "20", "--out", str(out), "--", *flags, *budget]) == 0
     assert json.loads(out.read_text())["steps"] == 10  # stopped at the first evaluation
+
+
+def test_the_loop_phases_time_the_same_step_both_ways(monkeypatch) -> None:
+    """loop_phases.py alternates latentlens's loop and the reference's: both must train
+    as Trainer.train_step does, bit for bit, and every part must be timed."""
+    import torch
+
+    from latentlens.training import TrainConfig, Trainer, model_for_task
+
+    script = BENCHMARKS / "speed" / "loop_phases.py"
+    spec = importlib.util.spec_from_file_location("benchmark_loop_phases", script)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, module)
+    spec.loader.exec_module(module)
+    model = model_for_task("fuzzy-logic", d_model=16, n_heads=2, qk_dim=4, v_dim=4, d_mlp=32)
+    config = Trainer.resolve_config(
+        "fuzzy-logic", model, TrainConfig.for_task("fuzzy-logic", batch_size=16)
+    )
+    timed, plain = (Trainer(None, config, device="cpu", fused=True, quiet=True) for _ in "ab")
+    ours, reference = module.Phases(timed), module.Phases(timed)
+    torch.manual_seed(0)  # the attention's dropout draws from the global generator
+    for index in range(6):
+        (reference if index % 2 else ours).step(reference=bool(index % 2))
+    torch.manual_seed(0)
+    for _ in range(6):
+        plain.train_step()
+    for a, b in zip(timed.model.parameters(), plain.model.parameters(), strict=True):
+        assert torch.equal(a, b)
+    parts = {"learning rate", "gradients to None", "draw", "forward (compiled)", "backward",
+             "optimizer step", "loss bookkeeping"}  # fmt: skip
+    assert set(ours.seconds) == set(reference.seconds) == parts
