@@ -25,7 +25,7 @@ from collections.abc import Callable
 import torch
 
 from latentlens.training import TrainConfig, Trainer, model_for_task
-from latentlens.training.loop import LOG_EVERY, NO_BAD_STEP, first_nonfinite
+from latentlens.training.loop import LOG_EVERY, NO_BAD_STEP, drop_gradients, first_nonfinite
 
 WARMUP = 30  # compiled and warm after these steps
 
@@ -54,7 +54,7 @@ class Phases:
         if reference:
             self.timed("gradients to None", lambda: trainer.optimizer.zero_grad(set_to_none=True))
         else:
-            self.timed("gradients to None", trainer.drop_gradients)
+            self.timed("gradients to None", lambda: drop_gradients(trainer.optimizer))
         draws = self.timed(
             "draw",
             lambda: trainer.task.draw(

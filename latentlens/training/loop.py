@@ -37,18 +37,10 @@ class TrainingLoop:
         if self.graphed is not None:
             loss = self.graphed()
         else:
-            self.drop_gradients()
+            drop_gradients(self.optimizer)
             loss = self.compute_step()
         self.step += 1
         return loss
-
-    def drop_gradients(self) -> None:
-        """``optimizer.zero_grad(set_to_none=True)``, without its profiler label and dynamo
-        guard: in the loop of a CPU step at T = 16, after the backward pass, those took
-        about 100 us a step, the gradients' release 20-40."""
-        for group in self.optimizer.param_groups:
-            for parameter in group["params"]:
-                parameter.grad = None
 
     def compute_step(self) -> torch.Tensor:
         """Draw a batch, forward, backward, clip and update (gradients must be None or
@@ -146,12 +138,22 @@ class TrainingLoop:
         )
 
 
+def drop_gradients(optimizer: torch.optim.Optimizer) -> None:
+    """``optimizer.zero_grad(set_to_none=True)``, without its profiler label and dynamo
+    guard: in the loop of a CPU step at T = 16, after the backward pass, those took about
+    100 us a step, the gradients' release 20-40."""
+    for group in optimizer.param_groups:
+        for parameter in group["params"]:
+            parameter.grad = None
+
+
 def first_nonfinite(losses: torch.Tensor, first_step: int) -> torch.Tensor:
-    """The step of the first NaN or infinite loss of ``losses`` ``[steps]`` (those of steps
-    ``first_step``, ``first_step + 1``, ...), else :data:`NO_BAD_STEP`: a 0-d tensor on
-    their device, read without waiting for it."""
+    """The step of the first NaN or infinite loss of ``losses`` ``[steps, ...]`` (those of
+    steps ``first_step``, ``first_step + 1``, ...), else :data:`NO_BAD_STEP`, for each of
+    the trailing entries (a seed group's runs): ``[...]`` on their device, read without
+    waiting for it."""
     bad = ~torch.isfinite(losses)
-    return torch.where(bad.any(), first_step + bad.int().argmax(), NO_BAD_STEP)
+    return torch.where(bad.any(0), first_step + bad.int().argmax(0), NO_BAD_STEP)
 
 
 def _summary(records: list[dict[str, Any]]) -> str:

@@ -41,7 +41,7 @@ from latentlens.training.callbacks import Callback
 from latentlens.training.checkpoint import list_checkpoints
 from latentlens.training.config import TrainConfig
 from latentlens.training.graphs import GraphedStep
-from latentlens.training.loop import LOG_EVERY, NO_BAD_STEP, BudgetClock
+from latentlens.training.loop import LOG_EVERY, BudgetClock, drop_gradients, first_nonfinite
 from latentlens.training.objective import SeedGroupObjective, inductor_options
 from latentlens.training.run_dir import RunDirectory
 from latentlens.training.step_setup import check_cuda_options, precision_scope
@@ -302,7 +302,7 @@ class SeedGroup:
         if self.graphed is not None:
             losses = self.graphed()
         else:
-            self.optimizer.zero_grad(set_to_none=True)
+            drop_gradients(self.optimizer)
             losses = self.compute_step()
         self.step += 1
         return losses
@@ -337,8 +337,7 @@ class SeedGroup:
             trainer.training_since, trainer.seconds_share = started, 1 / len(self.trainers)
         seeds = len(self.trainers)
         last: list[list[dict[str, Any]]] = [[] for _ in self.trainers]
-        first_bad = torch.full((seeds,), NO_BAD_STEP, dtype=torch.long, device=self.device)
-        running, count = torch.zeros(seeds, device=self.device), 0
+        window: list[torch.Tensor] = []  # the losses since the last check, as TrainingLoop's
         if self.step == 0:
             for trainer in self.trainers:
                 for callback in trainer.callbacks:
@@ -350,18 +349,18 @@ class SeedGroup:
         with bar:
             while self.step < cfg.steps:
                 losses = self.train_step()
-                bad = ~torch.isfinite(losses) & (first_bad == NO_BAD_STEP)
-                first_bad = torch.where(bad, self.step, first_bad)
-                running, count = running + losses, count + 1
+                window.append(losses)
                 for index, trainer in enumerate(self.trainers):
                     for callback in trainer.callbacks:
                         callback.on_step(trainer, self.step, losses[index])
                 at_eval = self.step % cfg.eval_every == 0 or self.step == cfg.steps
                 if self.step % LOG_EVERY == 0 or at_eval:
+                    stacked = torch.stack(window)  # [steps, seeds]
+                    first_bad = first_nonfinite(stacked, self.step - len(window) + 1)
                     for index, trainer in enumerate(self.trainers):
                         trainer.check_finite(first_bad[index])
-                    bar.set_postfix(loss=f"{(running / count).mean().item():.4g}")
-                    running, count = torch.zeros_like(running), 0
+                    bar.set_postfix(loss=f"{stacked.mean().item():.4g}")
+                    window = []
                 bar.update(1)
                 if at_eval:
                     with clock.timing_checkpoint():

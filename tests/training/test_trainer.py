@@ -336,6 +336,9 @@ def test_the_first_nonfinite_loss_of_a_window_is_found() -> None:
         slow = next((26 + i for i, x in enumerate(losses) if not math.isfinite(x)), NO_BAD_STEP)
         found = first_nonfinite(torch.tensor(losses), first_step=26)
         assert found.ndim == 0 and int(found) == slow, losses
+    # a seed group's losses [steps, seeds]: each run's own first bad step
+    group = torch.tensor([[0.5, 0.5, 0.5], [float("nan"), 0.4, 0.4], [0.3, float("inf"), 0.3]])
+    assert first_nonfinite(group, first_step=26).tolist() == [27, 28, NO_BAD_STEP]
 
 
 def test_a_damaged_checkpoint_is_skipped_for_the_newest_good_one(tmp_path: Path) -> None:
