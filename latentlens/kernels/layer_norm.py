@@ -41,8 +41,10 @@ EMBEDDED_UP_TO = 8
 
 
 @cache
-def library() -> ctypes.CDLL:
-    lib = load("layer_norm")
+def library(defines: tuple[tuple[str, int], ...] = ()) -> ctypes.CDLL:
+    """The kernels' library, for this machine's vector width unless ``defines`` sets one
+    (``(("LANES", 8),)``: the tests compare the widths)."""
+    lib = load("layer_norm", defines)
     size, pointer = ctypes.c_size_t, ctypes.c_void_p
     lib.add_layer_norm_forward.argtypes = (
         [ctypes.c_int, size, size] + [pointer] * 5 + [ctypes.c_float] + [pointer] * 4

@@ -8,16 +8,20 @@ relative and absolute."""
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 import torch
 import torch.nn.functional as F
 
+from latentlens.kernels import layer_norm
 from latentlens.kernels.layer_norm import (
     add_layer_norm,
     embed_forward_values,
     embed_layer_norm,
     forward_values,
     kept_add_layer_norm,
+    library,
 )
 from latentlens.models import use_fused_kernels
 from latentlens.models.config import TransformerConfig
@@ -109,6 +113,36 @@ def test_the_embedding_kernel_computes_the_equations(width, threads) -> None:
     torch.testing.assert_close(normed.double(), normed_exact.detach(), **TOLERANCE)
     for name, leaf in ours.items():
         torch.testing.assert_close(leaf.grad.double(), exact[name].grad, **TOLERANCE, msg=name)
+
+
+@pytest.mark.parametrize("width", [1, 5, 8])
+def test_the_embedding_kernel_gives_the_same_numbers_at_every_vector_width(
+    width, monkeypatch
+) -> None:
+    """The embedding's row loop on 8-float vectors (AVX2's) and on 16-float ones
+    (AVX-512's) computes the same bits, on 1 and 3 threads: a machine's build chooses its
+    width for speed only. 100 columns: 6 blocks of 16 and a remainder."""
+    gen = torch.Generator().manual_seed(4)
+    inputs = torch.randn(3, 17, width, generator=gen) * 3
+    embed = torch.randn(100, width, generator=gen)
+    embed_bias, weight, bias = (torch.randn(100, generator=gen) for _ in range(3))
+    before = torch.get_num_threads()
+    results = {}
+    try:
+        for lanes in (8, 16):
+            monkeypatch.setattr(layer_norm, "library", partial(library, (("LANES", lanes),)))
+            for threads in (1, 3):
+                torch.set_num_threads(threads)
+                results[lanes, threads] = embed_forward_values(
+                    inputs, embed, embed_bias, weight, bias, 1e-6
+                )
+    finally:
+        torch.set_num_threads(before)
+    first = results[8, 1]
+    names = ("sum", "normed", "mean", "rstd")
+    for key, values in results.items():
+        for name, ours, theirs in zip(names, values, first, strict=True):
+            assert torch.equal(ours, theirs), f"{name} at {key} (lanes, threads)"
 
 
 @pytest.mark.parametrize("kept_gradients", [(True, True), (False, True), (True, False)])
