@@ -5,10 +5,16 @@
    is written. The backward pass recomputes the scores, the pattern and (for the mlp value
    network) u from q, k and v instead of storing them. Keys are the vector lanes: each
    batch element's k and v are copied transposed ([head, d, key]) into buffers whose key
-   rows are padded to KP keys (a multiple of LANES, zero past K), and the keys a query does
-   not see (past its causal horizon, or padding) are masked to a zero pattern and a zero
-   gradient, so every operation works on whole vectors of LANES keys (GCC's and clang's
-   vector extensions: one AVX-512 register, two AVX2 ones, four NEON).
+   rows are padded to KP keys (a multiple of KEY_BLOCK, zero past K), and the keys a query
+   does not see (past its causal horizon, or padding) are masked to a zero pattern and a
+   zero gradient, so every operation works on whole vectors of LANES keys (GCC's and
+   clang's vector extensions): 16, one AVX-512 register (two AVX2 ones, four NEON), or 8
+   in a library built for a step's sizes (SPECIALISED) on an x86 CPU with AVX2 and
+   without AVX-512, where GCC lowered 16-float vectors through the stack. A sum across
+   keys adds each 16-key block's lanes as a 16-float vector would, whatever LANES is
+   (KeySum): the same numbers at both widths. The generic library keeps 16 lanes: built
+   for 8, GCC fused fewer of its multiply-adds and it computed other numbers than the
+   specialised ones.
 
    Shapes (float32): q, dq [B, Q, H, D]; k, dk [B, K, H, D]; v, dv [B, K, H, E], each
    with its own batch, position and head strides (Spec's; the last dimension contiguous),
@@ -37,12 +43,26 @@
 #include "cephes_exp.h"
 #include "openmp.h"
 
+#define KEY_BLOCK 16 /* attention_core.py's LANES: KP is a multiple of it */
+#ifndef LANES        /* a build may set it (the tests build both widths) */
+#if defined(FIXED_D) && defined(__AVX2__) && !defined(__AVX512F__)
+#define LANES 8
+#else
 #define LANES 16
+#endif
+#endif
+#define PARTS (KEY_BLOCK / LANES) /* vectors a block of KEY_BLOCK keys takes */
 typedef float vf __attribute__((vector_size(4 * LANES)));
 typedef int vi __attribute__((vector_size(4 * LANES)));
 typedef float vf_unaligned __attribute__((vector_size(4 * LANES), aligned(4)));
 
+#if LANES == 16
 static const vi LANE = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+#elif LANES == 8
+static const vi LANE = {0, 1, 2, 3, 4, 5, 6, 7};
+#else
+#error "LANES must be 8 or 16"
+#endif
 
 static inline vf load(const float *x) { return *(const vf_unaligned *)x; }
 static inline void store(float *x, vf v) { *(vf_unaligned *)x = v; }
@@ -53,23 +73,55 @@ static inline vf keep(vi mask, vf x) { return (vf)((vi)x & mask); }
 /* Lanes of block c that are keys below n: all ones, else zero. */
 static inline vi seen(int c, int n) { return LANE + c * LANES < n; }
 
+static inline vf maximum(vf a, vf b) { return choose(a > b, a, b); }
+
+/* The lanes' sum (maximum) as a tree: lane l and l + 8 first, then l + 4, l + 2, l + 1.
+   At 8 lanes the tree starts at l + 4: a 16-key block's two halves are added first by
+   KeySum, which makes the same first step. */
+#if LANES == 16
+#define HALVES(v, step)                                                                        \
+    (step) == 8   ? __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, \
+                                            5, 6, 7)                                            \
+    : (step) == 4 ? __builtin_shufflevector(v, v, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, \
+                                            3)                                                  \
+    : (step) == 2 ? __builtin_shufflevector(v, v, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, \
+                                            1)                                                  \
+                  : __builtin_shufflevector(v, v, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0)
+#else
+#define HALVES(v, step)                                                                        \
+    (step) == 4   ? __builtin_shufflevector(v, v, 4, 5, 6, 7, 0, 1, 2, 3)                       \
+    : (step) == 2 ? __builtin_shufflevector(v, v, 2, 3, 0, 1, 2, 3, 0, 1)                       \
+                  : __builtin_shufflevector(v, v, 1, 0, 1, 0, 1, 0, 1, 0)
+#endif
+
 static inline float lane_sum(vf v) {
-    v += __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7);
-    v += __builtin_shufflevector(v, v, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3);
-    v += __builtin_shufflevector(v, v, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1);
-    v += __builtin_shufflevector(v, v, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0);
+    for (int step = LANES / 2; step >= 1; step /= 2) v += HALVES(v, step);
     return v[0];
 }
 
-static inline vf maximum(vf a, vf b) { return choose(a > b, a, b); }
-
 static inline float lane_max(vf v) {
-    v = maximum(v, __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4,
-                                           5, 6, 7));
-    v = maximum(v, __builtin_shufflevector(v, v, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3));
-    v = maximum(v, __builtin_shufflevector(v, v, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1));
-    v = maximum(v, __builtin_shufflevector(v, v, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0));
+    for (int step = LANES / 2; step >= 1; step /= 2) v = maximum(v, HALVES(v, step));
     return v[0];
+}
+
+/* A sum (or maximum) across a row's key vectors c = 0, 1, ...: vector c goes to part
+   c % PARTS, the half of its 16-key block it holds, and the parts are added before the
+   lanes, so the order is a 16-float vector's at every LANES. */
+#if PARTS != 1 && PARTS != 2
+#error "a block of KEY_BLOCK keys must take one vector or two"
+#endif
+/* The two parts are named, not indexed by c: GCC keeps named vectors in registers and
+   contracts `part += a * b` into a fused multiply-add as it does a plain vector's (an
+   array indexed by c % 2 lived in memory, uncontracted: other numbers). */
+typedef struct {
+    vf even, odd;
+} KeySum;
+
+static inline KeySum key_sum(vf start) { return (KeySum){start, start}; }
+static inline vf *key_part(KeySum *s, int c) { return PARTS == 2 && c % 2 ? &s->odd : &s->even; }
+static inline float key_total(KeySum s) { return lane_sum(PARTS == 2 ? s.even + s.odd : s.even); }
+static inline float key_top(KeySum s) {
+    return lane_max(PARTS == 2 ? maximum(s.even, s.odd) : s.even);
 }
 
 /* exp(x) for x <= 0 (a softmax's shifted scores), lane by lane: Cephes's expf, 2^n p(r)
@@ -158,17 +210,19 @@ INLINE void pattern(const Spec *p, const float *q, const float *bias, const floa
             const vf *s = w->s + h * NB;
             vf *a = w->a + h * NB;
             if (!saved) {
-                vf top = splat(-INFINITY);
-                for (int c = 0; c < nb; c++) top = maximum(top, choose(seen(c, n), s[c], top));
-                rows[2 * h] = lane_max(top);
+                KeySum top = key_sum(splat(-INFINITY));
+                for (int c = 0; c < nb; c++)
+                    *key_part(&top, c) = maximum(*key_part(&top, c),
+                                                 choose(seen(c, n), s[c], *key_part(&top, c)));
+                rows[2 * h] = key_top(top);
             }
-            vf total = splat(0.f);
+            KeySum total = key_sum(splat(0.f));
             for (int c = 0; c < nb; c++) {
                 const vi mask = seen(c, n);
                 a[c] = keep(mask, exp_nonpositive(choose(mask, s[c] - rows[2 * h], splat(-87.3f))));
-                total += a[c];
+                *key_part(&total, c) += a[c];
             }
-            if (!saved) rows[2 * h + 1] = 1.f / lane_sum(total);
+            if (!saved) rows[2 * h + 1] = 1.f / key_total(total);
             for (int c = 0; c < nb; c++) a[c] *= rows[2 * h + 1];
         }
     } else if (p->norm == 1) {
@@ -221,12 +275,13 @@ INLINE void forward_slice(const Spec *p, int b0, int b1, const float *q, const f
             float *zi = z + ((size_t)b * p->Q + i) * H * E;
             for (int h = 0; h < H; h++)
                 for (int e = 0; e < E; e++) {
-                    vf total = splat(0.f);
+                    KeySum total = key_sum(splat(0.f));
                     for (int c = 0; c < nb; c++)
-                        total += w.ad[h * NB + c] *
-                                 (p->vnet ? w.phi[e * NB + c]
-                                          : load(vb + ((size_t)h * E + e) * KP + c * LANES));
-                    zi[h * E + e] = lane_sum(total);
+                        *key_part(&total, c) +=
+                            w.ad[h * NB + c] *
+                            (p->vnet ? w.phi[e * NB + c]
+                                     : load(vb + ((size_t)h * E + e) * KP + c * LANES));
+                    zi[h * E + e] = key_total(total);
                 }
         }
     }
@@ -284,9 +339,9 @@ INLINE void score_gradient(const Spec *p, const float *drop, int i, int n, int n
         for (int h = 0; h < H; h++) {
             vf *da = w->da + h * NB;
             const vf *a = w->a + h * NB;
-            vf dots = splat(0.f);
-            for (int c = 0; c < nb; c++) dots += a[c] * da[c];
-            const float dot = lane_sum(dots);
+            KeySum dots = key_sum(splat(0.f));
+            for (int c = 0; c < nb; c++) *key_part(&dots, c) += a[c] * da[c];
+            const float dot = key_total(dots);
             for (int c = 0; c < nb; c++) da[c] = a[c] * (da[c] - dot);
         }
     } else if (p->norm == 1) {
@@ -336,12 +391,12 @@ INLINE void backward_slice(const Spec *p, int b0, int b1, const float *q, const 
                 for (int d = 0; d < D; d++) {
                     const size_t row = ((size_t)h * D + d) * KP;
                     const float qd = qh[d] * p->scale;
-                    vf total = splat(0.f);
+                    KeySum total = key_sum(splat(0.f));
                     for (int c = 0; c < nb; c++) {
-                        total += ds[c] * load(kb + row + c * LANES);
+                        *key_part(&total, c) += ds[c] * load(kb + row + c * LANES);
                         add_to(w.dkt + row + c * LANES, qd * ds[c]);
                     }
-                    dqh[d] = lane_sum(total) * p->scale;
+                    dqh[d] = key_total(total) * p->scale;
                 }
             }
         }
@@ -370,7 +425,8 @@ INLINE void backward_slice(const Spec *p, int b0, int b1, const float *q, const 
             (p)->vnet == FIXED_VNET) {                                                         \
             Spec fixed = *(p);                                                                 \
             fixed.D = FIXED_D, fixed.E = FIXED_E, fixed.H = FIXED_H, fixed.K = FIXED_K;        \
-            fixed.KP = (FIXED_K + LANES - 1) / LANES * LANES, fixed.causal = FIXED_CAUSAL;     \
+            fixed.KP = (FIXED_K + KEY_BLOCK - 1) / KEY_BLOCK * KEY_BLOCK;                      \
+            fixed.causal = FIXED_CAUSAL;                                                       \
             fixed.norm = FIXED_NORM, fixed.vnet = FIXED_VNET;                                  \
             slice(&fixed, __VA_ARGS__);                                                        \
         } else                                                                                 \
@@ -409,6 +465,9 @@ void attention_backward(const Spec *p, int threads, int slices, const float *q,
         for (size_t i = 0; i < size; i++) dbias[i] += theirs[i];
     }
 }
+
+/* The floats a vector of this library holds (LANES): the tests compare the widths. */
+int vector_lanes(void) { return LANES; }
 
 /* How many threads a parallel region of this library gets when asked for `threads`
    (1 where it was built without OpenMP): the tests' check that the kernels run in

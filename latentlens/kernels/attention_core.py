@@ -32,7 +32,7 @@ from latentlens.kernels.build import load, operator, slices, threads
 
 NORMALIZATIONS = {"softmax": 0, "rms_head": 1, "none": 2}
 VALUE_NETWORKS = {None: 0, "relu": 1, "identity": 2}  # the mlp one's activation; None: linear
-LANES = 16  # attention_core.c's block of keys
+LANES = 16  # attention_core.c's block of keys (KEY_BLOCK), whatever its vectors' width
 
 
 STRIDES = ("q_batch", "q_pos", "q_head", "k_batch", "k_pos", "k_head", "v_batch", "v_pos",
@@ -66,13 +66,15 @@ FIXED = ("D", "E", "H", "K", "causal", "norm", "vnet")
 @cache
 def library(fixed: tuple[tuple[str, int], ...] = ()) -> ctypes.CDLL:
     """The kernels' library: generic, or built for the sizes and options ``fixed``
-    (``(FIXED_<field>, value)`` of :data:`FIXED`'s fields)."""
+    (``(FIXED_<field>, value)`` of :data:`FIXED`'s fields; a ``("LANES", 8 or 16)``
+    among them sets its vectors' width, else the C file chooses)."""
     lib = load("attention_core", fixed)
     pointer = ctypes.c_void_p
     lib.attention_forward.argtypes = [ctypes.POINTER(Spec), ctypes.c_int] + [pointer] * 7
     spec_threads_slices = [ctypes.POINTER(Spec), ctypes.c_int, ctypes.c_int]
     lib.attention_backward.argtypes = spec_threads_slices + [pointer] * 11
     lib.threads_used.argtypes = [ctypes.c_int]
+    lib.vector_lanes.argtypes = []
     return lib
 
 

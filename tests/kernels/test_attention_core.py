@@ -305,10 +305,57 @@ def test_a_library_built_for_the_sizes_computes_the_generic_numbers(
     generic = call(8, lambda spec: attention_core.library())
     state = gen.get_state()
     mismatched = call(4, lambda spec: chosen[0])
+    # its generic path, at its own vectors' width (8 floats on AVX2 without AVX-512)
+    lanes = chosen[0].vector_lanes()
     gen.set_state(state)
-    generic_4 = call(4, lambda spec: attention_core.library())
+    generic_4 = call(4, lambda spec: attention_core.library((("LANES", lanes),)))
     for ours, theirs in zip(specialised + mismatched, generic + generic_4, strict=True):
         torch.testing.assert_close(ours, theirs, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize(
+    ("normalization", "activation", "keys", "query_start"),
+    [("softmax", None, 16, 0), ("none", None, 32, 0), ("rms_head", "relu", 32, 31),
+     ("softmax", None, 21, 5)],
+)  # fmt: skip
+def test_a_library_built_for_the_sizes_computes_the_same_numbers_at_every_vector_width(
+    normalization, activation, keys, query_start
+) -> None:
+    """A library built for a step's sizes holds its keys in vectors of 8 floats (AVX2's
+    registers: what such a CPU builds) or 16 (AVX-512's); both compute the generic
+    library's numbers bit for bit, forward and backward, at fuzzy logic's head sizes with
+    one block of 16 keys or two (T = 16 and Table A1's T = 32), and with a query slice."""
+    heads, d, batch = 8, 16, 32
+    gen = torch.Generator().manual_seed(1)
+    packed = torch.randn(batch, keys, heads, 3 * d, generator=gen)
+    dz = torch.randn(batch, keys - query_start, heads, d, generator=gen)
+    options = (d, d, normalization, activation, False, query_start, 1e-6)
+
+    def call(choose) -> list[torch.Tensor]:
+        original = attention_core.kernels_for
+        attention_core.kernels_for = choose
+        try:
+            with torch_threads(2):
+                z, rows = attention_core.self_attention_core(packed, None, None, *options)
+                grads = attention_core.self_attention_core_backward(
+                    packed, None, None, rows, dz, *options
+                )
+        finally:
+            attention_core.kernels_for = original
+        return [z, rows, *grads]
+
+    def built(lanes: int):
+        def choose(spec):
+            fixed = tuple((f"FIXED_{name.upper()}", getattr(spec, name))
+                          for name in attention_core.FIXED)  # fmt: skip
+            return attention_core.library((*fixed, ("LANES", lanes)))
+
+        return choose
+
+    generic = call(lambda spec: attention_core.library())
+    for lanes in (8, 16):
+        for ours, theirs in zip(call(built(lanes)), generic, strict=True):
+            torch.testing.assert_close(ours, theirs, rtol=0, atol=0, msg=f"{lanes} lanes")
 
 
 @pytest.mark.parametrize("batch", [2, 64])  # the generic library and one built for the sizes
