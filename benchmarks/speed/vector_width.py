@@ -52,9 +52,7 @@ def core_per_call(lanes: int, packed: torch.Tensor, dz: torch.Tensor, options: t
     ``lanes``-float library built for its sizes."""
 
     def built(spec: attention_core.Spec):
-        fixed = tuple((f"FIXED_{name.upper()}", getattr(spec, name))
-                      for name in attention_core.FIXED)  # fmt: skip
-        return attention_core.library((*fixed, ("LANES", lanes)))
+        return attention_core.library((*attention_core.fixed_defines(spec), ("LANES", lanes)))
 
     original = attention_core.kernels_for
     attention_core.kernels_for = built

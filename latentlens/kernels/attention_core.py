@@ -84,7 +84,12 @@ def kernels_for(spec: Spec) -> ctypes.CDLL:
     shapes, the same numbers bit for bit) where the call is large enough, else generic."""
     if spec.B * spec.K * spec.H < SPECIALISE_FROM:
         return library()
-    return library(tuple((f"FIXED_{name.upper()}", getattr(spec, name)) for name in FIXED))
+    return library(fixed_defines(spec))
+
+
+def fixed_defines(spec: Spec) -> tuple[tuple[str, int], ...]:
+    """The preprocessor defines of a library built for ``spec``'s sizes and options."""
+    return tuple((f"FIXED_{name.upper()}", getattr(spec, name)) for name in FIXED)
 
 
 def address(tensor: torch.Tensor | None) -> int | None:

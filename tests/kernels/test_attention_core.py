@@ -323,8 +323,9 @@ def test_a_library_built_for_the_sizes_computes_the_same_numbers_at_every_vector
 ) -> None:
     """A library built for a step's sizes holds its keys in vectors of 8 floats (AVX2's
     registers: what such a CPU builds) or 16 (AVX-512's); both compute the generic
-    library's numbers bit for bit, forward and backward, at fuzzy logic's head sizes with
-    one block of 16 keys or two (T = 16 and Table A1's T = 32), and with a query slice."""
+    library's numbers bit for bit, forward and backward, with 8 heads of 16 and one block
+    of 16 keys or two (fuzzy logic's T = 16 and Table A1's T = 32), and with a query
+    slice."""
     heads, d, batch = 8, 16, 32
     gen = torch.Generator().manual_seed(1)
     packed = torch.randn(batch, keys, heads, 3 * d, generator=gen)
@@ -346,9 +347,7 @@ def test_a_library_built_for_the_sizes_computes_the_same_numbers_at_every_vector
 
     def built(lanes: int):
         def choose(spec):
-            fixed = tuple((f"FIXED_{name.upper()}", getattr(spec, name))
-                          for name in attention_core.FIXED)  # fmt: skip
-            return attention_core.library((*fixed, ("LANES", lanes)))
+            return attention_core.library((*attention_core.fixed_defines(spec), ("LANES", lanes)))
 
         return choose
 
