@@ -6,7 +6,8 @@
 The same step at two batch sizes: the task's (128) and 2 rows, whose arithmetic is next to
 nothing. The small step is made to run the same operators as the large one (the fused
 layer norms and the attention kernel built for the model's sizes, which a compiled step
-otherwise takes only for large calls), so its time is what a step costs whatever its
+otherwise takes only for large calls; at the reference's sizes the large step takes them
+anyway, so it is the command's step), so its time is what a step costs whatever its
 batch: Python, the dispatcher, autograd, the compiled graphs' wrappers, the operators'
 bodies, small copies and views, AdamW. The large step's time beyond it is the batch's
 work: matmuls, kernels, memory traffic. Each is timed on one thread and on two, in
