@@ -13,7 +13,34 @@ The package knows tensors, not model classes: the models switch themselves to it
 
 from __future__ import annotations
 
+import contextlib
+import threading
+from collections.abc import Iterator
+
 import torch
+
+_tracing = threading.local()  # .on: inside tracing_a_step() in this thread
+
+
+def compiling() -> bool:
+    """Whether the code running now is being compiled: traced by torch.compile, or by
+    :func:`tracing_a_step` into one graph of a whole training step. Layers then take the
+    kernels' PyTorch operators, which a graph records, rather than their autograd
+    functions, which call the kernels directly."""
+    return getattr(_tracing, "on", False) or torch.compiler.is_compiling()
+
+
+@contextlib.contextmanager
+def tracing_a_step() -> Iterator[None]:
+    """Inside it, in this thread, :func:`compiling` is True
+    (:mod:`latentlens.training.traced_step` traces a step's forward and backward with
+    ``make_fx``, which torch.compile's flag does not cover)."""
+    before = getattr(_tracing, "on", False)
+    _tracing.on = True
+    try:
+        yield
+    finally:
+        _tracing.on = before
 
 
 def kernels_apply(tensor: torch.Tensor, compiles: bool = False) -> bool:
@@ -25,5 +52,5 @@ def kernels_apply(tensor: torch.Tensor, compiles: bool = False) -> bool:
         tensor.device.type == "cpu"
         and tensor.dtype == torch.float32
         and not torch.is_autocast_enabled("cpu")
-        and (compiles or not torch.compiler.is_compiling())
+        and (compiles or not compiling())
     )

@@ -15,6 +15,7 @@ from functools import cache
 import torch
 from torch.library import register_autograd, register_fake
 
+from latentlens.kernels import compiling
 from latentlens.kernels.build import load, operators, slices, threads
 
 
@@ -96,7 +97,7 @@ register_autograd(gelu_tanh, _backward, setup_context=_save_input)
 def fused_gelu_tanh(x: torch.Tensor) -> torch.Tensor:
     """``F.gelu(x, approximate="tanh")`` of a float32 CPU tensor, any shape, on the
     kernels: an autograd function in eager mode, the operator inside torch.compile."""
-    if torch.compiler.is_compiling():
+    if compiling():
         return gelu_tanh(x)
     return FusedGeluTanh.apply(x)
 
@@ -147,7 +148,7 @@ class FusedBiasGeluTanh(torch.autograd.Function):
 def fused_bias_gelu_tanh(h: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
     """``F.gelu(h + bias, approximate="tanh")`` (float32 CPU ``h [..., d]``, ``bias
     [d]``) on the kernels: an autograd function eagerly, the operator compiled."""
-    if torch.compiler.is_compiling():
+    if compiling():
         return bias_gelu_tanh(h, bias)
     return FusedBiasGeluTanh.apply(h, bias)
 

@@ -21,6 +21,7 @@ from functools import cache
 import torch
 from torch.library import register_autograd, register_fake
 
+from latentlens.kernels import compiling
 from latentlens.kernels.attention_core import address
 from latentlens.kernels.build import load, operators, slices, threads
 
@@ -270,7 +271,7 @@ def on_kernels(operator, function: type[torch.autograd.Function], args: tuple, o
     """The first ``outputs`` results of a kernel: ``operator`` (its PyTorch operator) inside
     torch.compile, ``function`` (its autograd function, which costs less a call) in eager
     mode."""
-    if torch.compiler.is_compiling():
+    if compiling():
         return operator(*args)[:outputs]
     return function.apply(*args)
 

@@ -29,6 +29,7 @@ from pathlib import Path
 import torch
 from torch.library import register_autograd, register_fake
 
+from latentlens.kernels import compiling
 from latentlens.kernels.build import load, operators, slices, threads
 from latentlens.kernels.gelu_tanh import bias_backward_values, bias_forward_values
 from latentlens.kernels.linear import MIN_OUTPUTS, has_onednn, linear, row_products
@@ -211,6 +212,6 @@ def fused_mlp(
 ) -> torch.Tensor:
     """``gelu_tanh(x w_in^T + b_in) w_out^T`` (float32 CPU tensors, ``x [..., D]``) on the
     kernels: an autograd function eagerly, the operator compiled."""
-    if torch.compiler.is_compiling():
+    if compiling():
         return mlp(x, w_in, b_in, w_out)[0]
     return FusedMLP.apply(x, w_in, b_in, w_out)

@@ -19,6 +19,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from latentlens.kernels import compiling
+
 
 class _ColumnSummedLayerNorm(torch.autograd.Function):
     """``torch.native_layer_norm`` over the last dimension (out, mean, rstd), with weight and
@@ -70,7 +72,7 @@ class LayerNorm(nn.LayerNorm):
             or self.weight is None
             or self.bias is None
             or not torch.is_grad_enabled()
-            or torch.compiler.is_compiling()
+            or compiling()
         ):
             return super().forward(x)
         return _ColumnSummedLayerNorm.apply(x, self.weight, self.bias, self.eps)[0]

@@ -19,6 +19,8 @@ from typing import Any
 
 import torch
 
+from latentlens.kernels import compiling
+
 
 class _RowSoftmax(torch.autograd.Function):
     """``torch.softmax`` over the last dimension with the backward written out. Written with
@@ -43,6 +45,6 @@ class _RowSoftmax(torch.autograd.Function):
 def softmax(x: torch.Tensor) -> torch.Tensor:
     """Softmax over the last dimension, ``[..., n] -> [..., n]``; its gradient is the same on
     any number of CPU threads (see the module's docstring)."""
-    if x.device.type != "cpu" or not torch.is_grad_enabled() or torch.compiler.is_compiling():
+    if x.device.type != "cpu" or not torch.is_grad_enabled() or compiling():
         return torch.softmax(x, dim=-1)
     return _RowSoftmax.apply(x)

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from latentlens.kernels import kernels_apply
+from latentlens.kernels import compiling, kernels_apply
 from latentlens.kernels.bias_add import fused_bias_add
 from latentlens.kernels.gelu_tanh import fused_bias_gelu_tanh, fused_gelu_tanh
 from latentlens.kernels.layer_norm import (
@@ -233,7 +233,7 @@ class DecoderTransformer(HookedModel):
             self.fused
             and not any_hooked(self._stream_hooks())
             and kernels_apply(self.unembed.weight, compiles=True)
-            and (not torch.compiler.is_compiling() or streamed >= COMPILED_FROM)
+            and (not compiling() or streamed >= COMPILED_FROM)
         )
 
     def _fused_stream(
@@ -296,7 +296,7 @@ class DecoderTransformer(HookedModel):
                     f"{cfg.vocab_size}, got dtype {inputs.dtype}"
                 )
             # A range check syncs with the device; compiled (captured) steps skip it.
-            in_range = torch.compiler.is_compiling() or not inputs.numel()
+            in_range = compiling() or not inputs.numel()
             if not in_range and (inputs.min() < 0 or inputs.max() >= cfg.vocab_size):
                 raise ValueError(
                     f"inputs hold token ids in [{int(inputs.min())}, {int(inputs.max())}], "

@@ -149,13 +149,14 @@ PACKAGE = Path(__file__).resolve().parents[1]
 @cache
 def code_digest(package: Path = PACKAGE) -> str:
     """A digest of the code the paths run (``package``'s kernels and models, C and
-    Python): faster kernels make their calibrations stale."""
+    Python, and the traced step): faster kernels make their calibrations stale."""
     files = sorted(
         path
         for folder in ("kernels", "models")
         for path in (package / folder).iterdir()
         if path.suffix in (".py", ".c", ".h")
     )
+    files += [package / "training" / "traced_step.py"]
     digest = hashlib.sha256()
     for path in files:
         digest.update(path.name.encode() + b"\0" + path.read_bytes())

@@ -25,7 +25,8 @@ class TrainingDiverged(RuntimeError):
 
 class TrainingLoop:
     """The loop's part of :class:`~latentlens.training.trainer.Trainer` (which sets the
-    attributes it reads: model, objective, optimiser, task, data generator, step)."""
+    attributes it reads: model, objective or its traced step, optimiser, task, data
+    generator, step)."""
 
     def precision_scope(self) -> contextlib.AbstractContextManager:
         """The run's arithmetic (:func:`precision_scope`) for the code run inside it."""
@@ -46,9 +47,12 @@ class TrainingLoop:
         """Draw a batch, forward, backward, clip and update (gradients must be None or
         zero before); returns the loss. Capturable in a CUDA graph."""
         draws = self.task.draw(self.train_cfg.batch_size, "train", self.data_generator)
-        with self.precision_scope():
-            loss = self.objective(self.dist.rows(draws))
-        loss.backward()
+        if self.traced is not None:  # forward and backward in one compiled call
+            loss = self.traced(draws)
+        else:
+            with self.precision_scope():
+                loss = self.objective(self.dist.rows(draws))
+            loss.backward()
         if self.train_cfg.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.train_cfg.grad_clip)
         self.optimizer_step()

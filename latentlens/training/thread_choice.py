@@ -58,7 +58,9 @@ def step_gradients(
         torch.set_num_threads(threads)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(0)
-            objective_of(twin, task)(batch).backward()
+            loss = objective_of(twin, task)(batch)
+            if loss.requires_grad:  # else a traced step has written the gradients
+                loss.backward()
         if grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(twin.parameters(), grad_clip)
     finally:

@@ -80,6 +80,7 @@ from latentlens.training.thread_choice import (
     candidate_counts,
     start_threads,
 )
+from latentlens.training.traced_step import TracedGradients
 
 
 def model_for_task(
@@ -177,7 +178,13 @@ class Trainer(RunStart, TrainingLoop, Checkpointing, Evaluation):
         # Hooks added after compilation are ignored: compile only the hook-free train path
         # (the objective wraps the model; the model itself stays eager for analyses).
         objective: torch.nn.Module = TrainingObjective(self.model, self.task)
-        if compile:
+        # the fused CPU step compiled whole, forward and backward in one graph
+        self.traced = (
+            TracedGradients(objective, inductor_options())
+            if compile and fused and self.traces_whole_step(cuda_graphs)
+            else None
+        )
+        if compile and self.traced is None:
             objective.compile(dynamic=False, options=inductor_options())
         if self.dist.enabled:
             objective = torch.nn.parallel.DistributedDataParallel(objective)
@@ -299,10 +306,25 @@ class Trainer(RunStart, TrainingLoop, Checkpointing, Evaluation):
         self.train_cfg = train
         self.config = {**self.config, "train": train.to_dict()}
 
-    def objective_as_stepped(self, model: torch.nn.Module, task: Task) -> torch.nn.Module:
+    def traces_whole_step(self, cuda_graphs: bool) -> bool:
+        """Whether a compiled fused step is traced whole (:class:`TracedGradients`): in one
+        process on the CPU, in float32 (under bf16 autocast the kernels stand aside)."""
+        return (
+            self.device.type == "cpu"
+            and not self.dist.enabled
+            and not cuda_graphs
+            and self.train_cfg.precision != "bf16"
+        )
+
+    def objective_as_stepped(
+        self, model: torch.nn.Module, task: Task
+    ) -> torch.nn.Module | TracedGradients:
         """The training objective of ``model`` as this run's step computes it: compiled
-        where the step is."""
+        where the step is, traced whole (its call then writes the gradients) where the
+        step is."""
         objective = TrainingObjective(model, task)
+        if self.traced is not None:
+            return self.traced.on(objective)
         if self.compiled:
             objective.compile(dynamic=False, options=inductor_options())
         return objective

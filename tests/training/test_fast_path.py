@@ -197,7 +197,9 @@ def test_mid_length_runs_time_the_paths_that_compile_nothing(tmp_path: Path, mon
 
 
 def test_the_code_digest_follows_the_kernels_and_the_models(tmp_path: Path) -> None:
-    for folder, name in (("kernels", "mlp.c"), ("kernels", "gelu.h"), ("models", "attention.py")):
+    sources = (("kernels", "mlp.c"), ("kernels", "gelu.h"), ("models", "attention.py"),
+               ("training", "traced_step.py"))  # fmt: skip
+    for folder, name in sources:
         (tmp_path / folder).mkdir(exist_ok=True)
         (tmp_path / folder / name).write_text(f"// {name}\n")
     (tmp_path / "kernels" / "notes.txt").write_text("not code")
@@ -209,7 +211,7 @@ def test_the_code_digest_follows_the_kernels_and_the_models(tmp_path: Path) -> N
     first = digest()
     (tmp_path / "kernels" / "notes.txt").write_text("other notes")
     assert digest() == first
-    for folder, name in (("kernels", "mlp.c"), ("kernels", "gelu.h"), ("models", "attention.py")):
+    for folder, name in sources:
         before = digest()
         (tmp_path / folder / name).write_text(f"// {name}, faster\n")
         assert digest() != before, name

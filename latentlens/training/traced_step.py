@@ -1,0 +1,128 @@
+"""A training step's forward and backward as one compiled graph, run without autograd.
+
+``--fused --compile`` on the CPU spends a third of a small step (fuzzy logic, T = 16) on
+work that is neither arithmetic nor the kernels': dynamo's guards and cache lookup, AOT
+autograd's wrappers around the compiled forward and backward, the autograd engine's walk
+back through the graph and its gradient accumulation (``benchmarks/speed/host_share.py
+--profile``). :class:`TracedGradients` traces the training objective and its gradients
+with respect to every trainable parameter (``torch.autograd.grad``) into one graph of
+PyTorch operators with ``make_fx`` (on fake tensors: no kernel runs and no random number
+is drawn), the kernels' operators recorded as the compiled step records them
+(:func:`latentlens.kernels.tracing_a_step`), and compiles it with inductor as a function
+of the parameters, the buffers and the batch's draws. A step then calls that function
+and sets each parameter's ``.grad``: no guards, no autograd graph.
+
+It computes what the compiled objective's forward and backward compute, in the same
+operators and the same order, inductor's random numbers included (drawn from the global
+generator, so a resumed run draws what an uninterrupted one does). A new shape of draws,
+dtype or train/eval mode traces and compiles again (as dynamo recompiles); a change of
+the model's structure (a hook, a new parameter) is not seen: like torch.compile's, the
+step is for the hook-free training path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.func import functional_call
+from torch.fx.experimental.proxy_tensor import make_fx
+from torch.utils._pytree import TreeSpec, tree_flatten, tree_unflatten
+
+from latentlens.kernels import tracing_a_step
+
+Key = tuple[Any, ...]
+
+
+class TracedGradients:
+    """``draws -> loss``: ``objective``'s loss (detached) on ``draws``, every trainable
+    parameter's gradient of it written to the parameter's ``.grad`` (None where the loss
+    does not depend on it, as autograd leaves it). ``objective`` is a module whose
+    parameters and buffers are those of the training (a
+    :class:`~latentlens.training.objective.TrainingObjective`); ``options``: inductor's
+    (``torch.compile``'s ``options``)."""
+
+    def __init__(
+        self,
+        objective: torch.nn.Module,
+        options: dict[str, Any] | None = None,
+        compiled: dict[Key, Callable[..., list[torch.Tensor | None]]] | None = None,
+    ) -> None:
+        self.objective = objective
+        self.options = dict(options or {})
+        named = list(objective.named_parameters())
+        self.trained = [(name, p) for name, p in named if p.requires_grad]
+        self.held = [(name, p) for name, p in named if not p.requires_grad]
+        self.held += list(objective.named_buffers())
+        # compiled steps by key (:meth:`_key`), shared with the twins of :meth:`on`
+        self.compiled = {} if compiled is None else compiled
+
+    def on(self, objective: torch.nn.Module) -> TracedGradients:
+        """The same step for ``objective``, a copy of this one's (same structure, its own
+        tensors, e.g. a model's deep copy): it calls the graphs compiled already."""
+        return TracedGradients(objective, self.options, self.compiled)
+
+    def __call__(self, draws: Any) -> torch.Tensor:
+        leaves, spec = tree_flatten(draws)
+        inputs = [p.detach() for _, p in self.trained + self.held] + leaves
+        key = self._key(leaves, spec)
+        if key not in self.compiled:
+            self.compiled[key] = self._compile(inputs, spec)
+        loss, *gradients = self.compiled[key](*inputs)
+        for (_, parameter), gradient in zip(self.trained, gradients, strict=True):
+            parameter.grad = gradient
+        return loss
+
+    def _key(self, leaves: list[torch.Tensor], spec: TreeSpec) -> Key:
+        """What a compiled graph holds for: the draws' structure, shapes, dtypes and
+        devices and the train/eval mode (the parameters' are the objective's own)."""
+        shapes = tuple((t.shape, t.dtype, t.device) for t in leaves)
+        return shapes, spec, self.objective.training
+
+    def _compile(
+        self, inputs: list[torch.Tensor], spec: TreeSpec
+    ) -> Callable[..., list[torch.Tensor | None]]:
+        """Trace ``(loss, *gradients)`` of the step as a function of ``inputs`` (the
+        trained parameters, the other parameters and buffers, the draws' leaves) and
+        compile it; a gradient the loss does not depend on comes back None."""
+        from torch._inductor.compile_fx import compile_fx
+
+        names = [name for name, _ in self.trained + self.held]
+        trained, held = len(self.trained), len(names)
+        unused: list[int] = []  # found by tracing: the trained parameters without a gradient
+
+        def step(*tensors: torch.Tensor) -> list[torch.Tensor]:
+            weights = [t.detach().requires_grad_(True) for t in tensors[:trained]]
+            state = dict(zip(names, [*weights, *tensors[trained:held]], strict=True))
+            draws = tree_unflatten(list(tensors[held:]), spec)
+            with torch.enable_grad():
+                loss = functional_call(self.objective, state, (draws,), strict=True)
+                gradients = torch.autograd.grad(loss, weights, allow_unused=True)
+            unused[:] = [i for i, g in enumerate(gradients) if g is None]
+            pairs = zip(gradients, weights, strict=True)
+            return [loss.detach(), *(laid_out_as(g, w) for g, w in pairs if g is not None)]
+
+        with tracing_a_step():
+            graph = make_fx(step, tracing_mode="fake", _allow_non_fake_inputs=True)(*inputs)
+        run = compile_fx(graph, inputs, config_patches=self.options)
+        if not unused:
+            return run
+        missing = frozenset(unused)
+
+        def with_nones(*tensors: torch.Tensor) -> list[torch.Tensor | None]:
+            loss, *found = run(*tensors)
+            given = iter(found)
+            return [loss, *(None if i in missing else next(given) for i in range(trained))]
+
+        return with_nones
+
+
+def laid_out_as(gradient: torch.Tensor, parameter: torch.Tensor) -> torch.Tensor:
+    """``gradient`` with ``parameter``'s strides, as autograd accumulates gradients (the
+    layout contract PyTorch's fused optimisers rely on: they read a gradient's memory as
+    its parameter's). A packed projection's gradient comes out of the graph as views into
+    one tensor of all of them otherwise."""
+    if gradient.stride() == parameter.stride():
+        return gradient
+    return gradient.new_empty_strided(parameter.shape, parameter.stride()).copy_(gradient)

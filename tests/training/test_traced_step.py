@@ -1,0 +1,119 @@
+"""The fused step compiled whole (:mod:`latentlens.training.traced_step`): one graph of the
+forward and backward passes, run without autograd, computes autograd's gradients.
+
+Gradients are compared with the eager step's at ``atol=1e-5``: the kernels are the same
+calls, but the loss and the small ops around them are inductor's, whose float32 sums run
+in another order (measured: at most 3e-6 apart, on gradients up to 8). A bias whose
+gradient is zero up to rounding (softmax's key bias) is held to that ``atol`` alone."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from latentlens.training import Trainer
+from latentlens.training.objective import TrainingObjective
+from latentlens.training.traced_step import TracedGradients, laid_out_as
+from tests.training.test_cpu_compile import without_dropout
+from tests.training.test_trainer import tiny_config
+
+GRADIENTS = dict(rtol=1e-5, atol=1e-5)
+
+
+def autograd_gradients(objective: torch.nn.Module, draws) -> tuple[torch.Tensor, list]:
+    """The loss and gradients of ``objective`` on ``draws`` by autograd (eager)."""
+    parameters = [p for p in objective.parameters() if p.requires_grad]
+    loss = objective(draws)
+    found = torch.autograd.grad(loss, parameters, allow_unused=True)
+    return loss.detach(), list(found)
+
+
+@pytest.mark.parametrize("attention", ["softmax", "hyla"])
+def test_a_compiled_fused_run_traces_its_step_whole(tmp_path: Path, attention: str) -> None:
+    config = without_dropout(tiny_config(steps=20, attention=attention))
+    run = Trainer.create(tmp_path / "r", config, device="cpu", quiet=True, fused=True,
+                         compile=True)  # fmt: skip
+    assert run.traced is not None and run.train_cfg.path == "fused-compile"
+    draws = run.task.draw(run.train_cfg.batch_size, "train", torch.Generator().manual_seed(3))
+    for _ in range(2):  # a second step on changed weights calls the same graph
+        loss = run.traced(draws)
+        assert loss.grad_fn is None and not loss.requires_grad  # no autograd graph
+        traced = [p.grad for p in run.model.parameters()]
+        for p in run.model.parameters():
+            p.grad = None
+        expected_loss, expected = autograd_gradients(TrainingObjective(run.model, run.task), draws)
+        torch.testing.assert_close(loss, expected_loss, **GRADIENTS)
+        for (name, p), got, want in zip(run.model.named_parameters(), traced, expected,
+                                        strict=True):  # fmt: skip
+            assert got.stride() == p.stride(), name  # autograd's layout, which AdamW reads
+            torch.testing.assert_close(got, want, **GRADIENTS, msg=name)
+        with torch.no_grad():
+            for p in run.model.parameters():
+                p.add_(0.01 * torch.randn_like(p))
+    assert len(run.traced.compiled) == 1
+
+
+class Objective(torch.nn.Module):
+    """A loss with a transposed (non-contiguous) weight and a parameter it never uses."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(3, 4).T)  # [4, 3], strides (1, 4)
+        self.unused = torch.nn.Parameter(torch.randn(2))
+        self.register_buffer("scale", torch.tensor(2.0))
+
+    def forward(self, draws: dict[str, torch.Tensor]) -> torch.Tensor:
+        return ((draws["x"] @ self.weight).tanh() * self.scale).square().mean()
+
+
+def test_traced_gradients_are_autograds_whatever_the_layout_or_use() -> None:
+    torch.manual_seed(0)
+    objective = Objective()
+    traced = TracedGradients(objective)
+    draws = {"x": torch.randn(5, 4)}
+    loss = traced(draws)
+    expected_loss, (weight, unused) = autograd_gradients(objective, draws)
+    torch.testing.assert_close(loss, expected_loss, **GRADIENTS)
+    torch.testing.assert_close(objective.weight.grad, weight, **GRADIENTS)
+    assert objective.weight.grad.stride() == objective.weight.stride() == (1, 4)
+    assert unused is None and objective.unused.grad is None  # as autograd leaves it
+    # a batch of another shape traces again; a copy of the objective reuses the graphs
+    traced({"x": torch.randn(7, 4)})
+    assert len(traced.compiled) == 2
+    twin = Objective()
+    twin.load_state_dict({**objective.state_dict(), "weight": torch.ones(4, 3)})
+    twin_loss = traced.on(twin)(draws)
+    assert len(traced.compiled) == 2
+    torch.testing.assert_close(twin_loss, autograd_gradients(twin, draws)[0], **GRADIENTS)
+
+
+def test_a_gradient_takes_its_parameters_strides() -> None:
+    parameter = torch.randn(3, 4).T
+    gradient = torch.arange(12.0).reshape(4, 3)
+    laid = laid_out_as(gradient, parameter)
+    assert laid.stride() == parameter.stride() and torch.equal(laid, gradient)
+    assert laid_out_as(gradient, torch.empty(4, 3)) is gradient
+
+
+def test_a_resumed_traced_run_continues_as_an_uninterrupted_one(tmp_path: Path) -> None:
+    """Dropout on: the graph draws inductor's random numbers from the global generator,
+    which a checkpoint holds, and tracing draws none; so a run resumed at step 10 ends with
+    the weights of one trained straight through, bit for bit."""
+    config = tiny_config(steps=20)
+    options = dict(device="cpu", quiet=True, fused=True, compile=True)
+    whole = Trainer.create(tmp_path / "whole", config, **options)
+    whole.train()
+    part = Trainer.create(tmp_path / "part", config, **options)
+    part.evaluate_initialisation()
+    for _ in range(10):
+        part.train_step()
+    part.checkpoint(evaluate=True)
+    part.close()
+    resumed = Trainer.resume(tmp_path / "part", **options)
+    assert resumed.traced is not None and resumed.step == 10
+    resumed.train()
+    weights = resumed.model.state_dict()
+    for name, weight in whole.model.state_dict().items():
+        assert torch.equal(weights[name], weight), name
