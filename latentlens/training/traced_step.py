@@ -105,7 +105,7 @@ class TracedGradients:
 
         with tracing_a_step():
             graph = make_fx(step, tracing_mode="fake", _allow_non_fake_inputs=True)(*inputs)
-        run = compile_fx(graph, inputs, config_patches=self.options)
+        run = compile_fx(graph, fake_copies(inputs), config_patches=self.options)
         if not unused:
             return run
         missing = frozenset(unused)
@@ -126,3 +126,15 @@ def laid_out_as(gradient: torch.Tensor, parameter: torch.Tensor) -> torch.Tensor
     if gradient.stride() == parameter.stride():
         return gradient
     return gradient.new_empty_strided(parameter.shape, parameter.stride()).copy_(gradient)
+
+
+def fake_copies(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Fake tensors of ``tensors``' shapes, strides and dtypes, in a fake mode with a
+    (static) shape environment: inductor's graph cache keys a graph by it, and bypasses
+    the cache without one (a warm compile of fuzzy logic's step took 8.5 s instead of
+    0.9)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    mode = FakeTensorMode(shape_env=ShapeEnv())
+    return [mode.from_tensor(t, static_shapes=True) for t in tensors]
