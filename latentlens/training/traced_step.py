@@ -22,6 +22,7 @@ step is for the hook-free training path.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -33,6 +34,9 @@ from torch.utils._pytree import TreeSpec, tree_flatten, tree_unflatten
 from latentlens.kernels import tracing_a_step
 
 Key = tuple[Any, ...]
+# How draws were taken apart (:func:`taken_apart`): the dataclass they were, if one, and
+# the tree of their tensors
+Structure = tuple[type | None, TreeSpec]
 
 
 class TracedGradients:
@@ -64,24 +68,24 @@ class TracedGradients:
         return TracedGradients(objective, self.options, self.compiled)
 
     def __call__(self, draws: Any) -> torch.Tensor:
-        leaves, spec = tree_flatten(draws)
+        leaves, structure = taken_apart(draws)
         inputs = [p.detach() for _, p in self.trained + self.held] + leaves
-        key = self._key(leaves, spec)
+        key = self._key(leaves, structure)
         if key not in self.compiled:
-            self.compiled[key] = self._compile(inputs, spec)
+            self.compiled[key] = self._compile(inputs, structure)
         loss, *gradients = self.compiled[key](*inputs)
         for (_, parameter), gradient in zip(self.trained, gradients, strict=True):
             parameter.grad = gradient
         return loss
 
-    def _key(self, leaves: list[torch.Tensor], spec: TreeSpec) -> Key:
+    def _key(self, leaves: list[torch.Tensor], structure: Structure) -> Key:
         """What a compiled graph holds for: the draws' structure, shapes, dtypes and
         devices and the train/eval mode (the parameters' are the objective's own)."""
         shapes = tuple((t.shape, t.dtype, t.device) for t in leaves)
-        return shapes, spec, self.objective.training
+        return shapes, structure, self.objective.training
 
     def _compile(
-        self, inputs: list[torch.Tensor], spec: TreeSpec
+        self, inputs: list[torch.Tensor], structure: Structure
     ) -> Callable[..., list[torch.Tensor | None]]:
         """Trace ``(loss, *gradients)`` of the step as a function of ``inputs`` (the
         trained parameters, the other parameters and buffers, the draws' leaves) and
@@ -95,7 +99,7 @@ class TracedGradients:
         def step(*tensors: torch.Tensor) -> list[torch.Tensor]:
             weights = [t.detach().requires_grad_(True) for t in tensors[:trained]]
             state = dict(zip(names, [*weights, *tensors[trained:held]], strict=True))
-            draws = tree_unflatten(list(tensors[held:]), spec)
+            draws = put_together(list(tensors[held:]), structure)
             with torch.enable_grad():
                 loss = functional_call(self.objective, state, (draws,), strict=True)
                 gradients = torch.autograd.grad(loss, weights, allow_unused=True)
@@ -138,3 +142,24 @@ def fake_copies(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
 
     mode = FakeTensorMode(shape_env=ShapeEnv())
     return [mode.from_tensor(t, static_shapes=True) for t in tensors]
+
+
+def taken_apart(draws: Any) -> tuple[list[torch.Tensor], Structure]:
+    """``draws``' tensors in order and their structure: a task's draws are a dict of
+    tensors or a whole :class:`~latentlens.tasks.Batch` (a dataclass, which PyTorch's
+    pytrees hold as one leaf; here its fields are opened)."""
+    kind = type(draws) if dataclasses.is_dataclass(draws) else None
+    tree = {f.name: getattr(draws, f.name) for f in dataclasses.fields(draws)} if kind else draws
+    leaves, spec = tree_flatten(tree)
+    strays = sorted({type(leaf).__name__ for leaf in leaves if not isinstance(leaf, torch.Tensor)})
+    if strays:
+        raise TypeError(f"the traced step takes draws made of tensors; these hold {strays}: "
+                        "train with --eager or without --fused")  # fmt: skip
+    return leaves, (kind, spec)
+
+
+def put_together(tensors: list[torch.Tensor], structure: Structure) -> Any:
+    """The draws :func:`taken_apart` took apart, with ``tensors`` in their places."""
+    kind, spec = structure
+    tree = tree_unflatten(tensors, spec)
+    return kind(**tree) if kind is not None else tree
