@@ -12,9 +12,10 @@ is drawn), the kernels' operators recorded as the compiled step records them
 of the parameters, the buffers and the batch's draws. A step then calls that function
 and sets each parameter's ``.grad``: no guards, no autograd graph.
 
-It computes what the compiled objective's forward and backward compute, in the same
-operators and the same order, inductor's random numbers included (drawn from the global
-generator, so a resumed run draws what an uninterrupted one does). A new shape of draws,
+It calls the operators the compiled objective's forward and backward call, to float32
+rounding the same gradients (``tests/training/test_traced_step.py``). Its random numbers
+(dropout) are inductor's, drawn from the global generator, so a resumed run draws what an
+uninterrupted one does. A new shape of draws,
 dtype or train/eval mode traces and compiles again (as dynamo recompiles); a change of
 the model's structure (a hook, a new parameter) is not seen: like torch.compile's, the
 step is for the hook-free training path.
@@ -59,6 +60,8 @@ class TracedGradients:
         self.trained = [(name, p) for name, p in named if p.requires_grad]
         self.held = [(name, p) for name, p in named if not p.requires_grad]
         self.held += list(objective.named_buffers())
+        # the tensors each call passes first: trained parameters, then the others and buffers
+        self.state = [tensor for _, tensor in self.trained + self.held]
         # compiled steps by key (:meth:`_key`), shared with the twins of :meth:`on`
         self.compiled = {} if compiled is None else compiled
 
@@ -69,7 +72,7 @@ class TracedGradients:
 
     def __call__(self, draws: Any) -> torch.Tensor:
         leaves, structure = taken_apart(draws)
-        inputs = [p.detach() for _, p in self.trained + self.held] + leaves
+        inputs = [tensor.detach() for tensor in self.state] + leaves
         key = self._key(leaves, structure)
         if key not in self.compiled:
             self.compiled[key] = self._compile(inputs, structure)
