@@ -38,6 +38,7 @@ import hashlib
 import json
 import os
 import platform
+import statistics
 import tempfile
 import time
 from collections.abc import Callable
@@ -73,8 +74,10 @@ FOLLOWING_MARGIN = 1.05
 LOAD_FOLLOWING = frozenset({"eager", "fused", "fused-compile"})
 # Steps per path before timing (compilation, the allocator's first sizes), then rounds
 # of steps per path in turn (:func:`calibrate`).
-WARM_UP_STEPS, ROUNDS, ROUND_STEPS = 3, 3, 10
-CACHE_VERSION = 3  # 2: paths timed in turns, each its fastest round; 3: the paths tried
+WARM_UP_STEPS, ROUNDS, ROUND_STEPS = 3, 5, 10
+# 2: paths timed in turns, each its fastest round; 3: the paths tried; 4: each path's
+# time over eager's in the same round
+CACHE_VERSION = 4
 # A path to take instead of measuring (e.g. ``eager`` for scripts and test suites).
 ENVIRONMENT = "LATENTLENS_PATH"
 REQUESTED = f"named by ${ENVIRONMENT}"  # the reason of a path taken from it
@@ -231,11 +234,14 @@ def calibrate(paths: list[str], make_step: StepFactory, sync: Callable[[], None]
     """Time each path: ``make_step(path)`` builds its step function (a ValueError: the
     path does not apply to this model, e.g. no fused kernel covers it, and is left out);
     its first :data:`WARM_UP_STEPS` steps give its start cost. Then the paths take turns,
-    :data:`ROUND_STEPS` steps each for :data:`ROUNDS` rounds, and each path's rate is its
-    fastest round: a burst of other work (another run compiling beside this one, the
-    machine's clock settling) slows the rounds it falls in, for every path alike, rather
-    than all of one path's steps, which timing the paths one after another allowed (a
-    sweep's runs, calibrating at once, ranked the same paths differently)."""
+    :data:`ROUND_STEPS` steps each for :data:`ROUNDS` rounds, each round starting one path
+    further along. A path's seconds a step are the first path's (eager's) fastest round
+    times the median over rounds of the path's time over the first path's in the same
+    round. The machine's pace moves within seconds (a 2-core EPYC's step by a third), so
+    a change of pace that slows whole rounds cancels in each round's ratio, and one that
+    falls on a few turns is a round the median leaves out; each path's fastest round would
+    rank a path below a slower one where a slowdown began after the slower one's first
+    turn and lasted to the end."""
     steps: dict[str, Callable[[], object]] = {}
     built_seconds: dict[str, float] = {}
     for path in paths:
@@ -250,17 +256,24 @@ def calibrate(paths: list[str], make_step: StepFactory, sync: Callable[[], None]
             step()
         sync()
         steps[path], built_seconds[path] = step, time.perf_counter() - began
-    fastest = dict.fromkeys(steps, float("inf"))  # seconds per step
-    for _ in range(ROUNDS):
-        for path, step in steps.items():
+    names = list(steps)
+    seconds: dict[str, list[float]] = {path: [] for path in names}  # a step's, per round
+    for turn in range(ROUNDS):
+        start = turn % len(names)
+        for path in names[start:] + names[:start]:
             began = time.perf_counter()
             for _ in range(ROUND_STEPS):
-                step()
+                steps[path]()
             sync()
-            fastest[path] = min(fastest[path], (time.perf_counter() - began) / ROUND_STEPS)
+            seconds[path].append((time.perf_counter() - began) / ROUND_STEPS)
+    first = seconds[names[0]]
+    per_step = {
+        path: min(first) * statistics.median(a / b for a, b in zip(rounds, first, strict=True))
+        for path, rounds in seconds.items()
+    }
     return Calibration(
-        {path: 1.0 / fastest[path] for path in steps},
-        {path: max(0.0, built_seconds[path] - WARM_UP_STEPS * fastest[path]) for path in steps},
+        {path: 1.0 / per_step[path] for path in names},
+        {path: max(0.0, built_seconds[path] - WARM_UP_STEPS * per_step[path]) for path in names},
         tuple(paths),
     )
 

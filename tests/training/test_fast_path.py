@@ -320,3 +320,29 @@ def test_a_run_that_cannot_start_is_named_not_hidden(monkeypatch) -> None:
 
     with pytest.raises(ValueError, match="does not fit"):
         calibrate(["eager", "compile"], make_step, lambda: None)
+
+
+def test_a_slowdown_that_begins_mid_round_does_not_rank_the_paths_after_it_last(
+    monkeypatch,
+) -> None:
+    """The machine slows every step 1.5x from just after the first round's ``fused`` turn
+    to the end (a host's phase, another run compiling beside this one). Each path's
+    fastest round would give ``fused-compile`` 0.018 s a step, behind ``fused``'s clean
+    0.015, and choose ``fused``; against eager in the same rounds, every path is timed at
+    its own speed and ``fused-compile`` is chosen."""
+    clock = FakeClock()
+    monkeypatch.setattr(fast_path.time, "perf_counter", clock)
+    costs = {"eager": 0.02, "fused": 0.015, "fused-compile": 0.012}
+    warm_up = fast_path.WARM_UP_STEPS * sum(costs.values())
+    slow_from = warm_up + fast_path.ROUND_STEPS * (costs["eager"] + costs["fused"])
+
+    def make_step(path: str):
+        def step() -> None:
+            clock.now += costs[path] * (1.5 if clock.now >= slow_from - 1e-12 else 1.0)
+
+        return step
+
+    found = calibrate(list(costs), make_step, lambda: None)
+    for path, cost in costs.items():
+        assert found.rates[path] == pytest.approx(1 / cost), path
+    assert pick(found, 50_000, CPU).path == "fused-compile"
