@@ -18,7 +18,8 @@ shortens only the batch's part. With ``--official`` (the official code's steps/s
 same setting, from ``command_side_by_side.py``) it prints the step 3x that rate allows and
 the fixed part that would leave beside the batch's part as measured. With ``--profile N``
 it then lists the N operators of the small step (on two threads) that take the most time
-of their own under ``torch.profiler``: what the fixed part is made of.
+of their own under ``torch.profiler``, what the fixed part is made of, and then those of
+the task's step: how much of it is the matmuls, which no host-side change shortens.
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ def milliseconds_a_step(trainer: Trainer, threads: int, steps: int) -> float:
     return (time.perf_counter() - start) / steps * 1e3
 
 
-def fixed_part_table(trainer: Trainer, steps: int, rows: int) -> list[tuple[str, float, float]]:
+def operator_table(trainer: Trainer, steps: int, rows: int) -> list[tuple[str, float, float]]:
     """``(operator, calls a step, microseconds of its own a step)`` of ``trainer``'s step on
     two threads under ``torch.profiler``, the ``rows`` costliest first."""
     torch.set_num_threads(2)
@@ -122,13 +123,15 @@ def main(argv: list[str] | None = None) -> int:
               f"ms for the fixed part, which takes {fixed[2]:.2f}")  # fmt: skip
         result["target_ms"] = target
     if args.profile:
-        table = fixed_part_table(trainers[SMALL_BATCH], args.steps, args.profile)
-        print(f"\nthe fixed part (batch {SMALL_BATCH}, 2 threads, profiled; "
-              f"{sum(row[2] for row in table) / 1e3:.2f} ms a step in these rows)")  # fmt: skip
-        print(f"{'operator':<66}{'calls':>7}{'us a step':>11}")
-        for name, calls, micros in table:
-            print(f"{name[:64]:<66}{calls:7.1f}{micros:11.1f}")
-        result["fixed_part_ops"] = [list(row) for row in table]
+        for size, part in ((SMALL_BATCH, "fixed_part_ops"), (batch, "step_ops")):
+            table = operator_table(trainers[size], args.steps, args.profile)
+            name = "the fixed part" if size == SMALL_BATCH else "the whole step"
+            print(f"\n{name} (batch {size}, 2 threads, profiled; "
+                  f"{sum(row[2] for row in table) / 1e3:.2f} ms a step in these rows)")  # fmt: skip
+            print(f"{'operator':<66}{'calls':>7}{'us a step':>11}")
+            for op, calls, micros in table:
+                print(f"{op[:64]:<66}{calls:7.1f}{micros:11.1f}")
+            result[part] = [list(row) for row in table]
     if args.out:
         args.out.write_text(json.dumps(result, indent=1) + "\n")
     return 0
