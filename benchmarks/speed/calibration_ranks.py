@@ -28,20 +28,15 @@ def calibrate_once(task: str, attention: str, threads: int) -> dict[str, float]:
     import torch
 
     from latentlens.training import TrainConfig, Trainer, model_for_task
-    from latentlens.training.fast_path import calibrate, candidates, options_of
-    from latentlens.training.step_setup import cpp_compiler
+    from latentlens.training.fast_path import calibrate
+    from latentlens.training.trainer import path_timing
 
     torch.set_num_threads(threads)
     config = Trainer.resolve_config(
         task, model_for_task(task, attention=attention), TrainConfig.for_task(task)
     )
-    cpu = torch.device("cpu")
-    paths = candidates(cpu, graph_capturable=False, compiler=cpp_compiler() is not None)
-
-    def make_step(path: str):
-        return Trainer(None, config, device="cpu", quiet=True, **options_of(path)).train_step
-
-    return calibrate(paths, make_step, lambda: None).rates
+    _, paths, make_step, sync = path_timing(config, "cpu")
+    return calibrate(paths, make_step, sync).rates
 
 
 def main(argv: list[str] | None = None) -> int:

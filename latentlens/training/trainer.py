@@ -14,7 +14,7 @@ resume, load), :mod:`~.loop` (the step and the loop), :mod:`~.checkpointing` and
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -55,6 +55,7 @@ from latentlens.training.evaluation import Evaluation
 from latentlens.training.fast_path import (
     REQUESTED,
     Choice,
+    StepFactory,
     candidates,
     choose_path,
     options_of,
@@ -365,13 +366,11 @@ def train_or_resume(
     return directory.path
 
 
-def choose_run_path(config: dict[str, Any], device: str = "auto") -> Choice:
-    """The path for a new run of ``config``: the one ``$LATENTLENS_PATH`` names, else the
-    fastest on this machine (:func:`latentlens.training.fast_path.choose_path`), timed on
-    throwaway trainers."""
-    requested = requested_path()
-    if requested is not None:
-        return Choice(requested, REQUESTED)
+def path_timing(
+    config: dict[str, Any], device: str = "auto"
+) -> tuple[torch.device, list[str], StepFactory, Callable[[], None]]:
+    """What timing the paths of ``config`` takes here: the device, the paths that can run
+    on it, a factory of each path's step (a throwaway trainer's) and the device's sync."""
     resolved = resolve_device(device)
     task_cls = TASKS[config["task"]["name"]][0]
     paths = candidates(resolved, task_cls.graph_capturable, cpp_compiler() is not None)
@@ -381,4 +380,15 @@ def choose_run_path(config: dict[str, Any], device: str = "auto") -> Choice:
         return trainer.train_step
 
     sync = (lambda: torch.cuda.synchronize(resolved)) if resolved.type == "cuda" else (lambda: None)
+    return resolved, paths, make_step, sync
+
+
+def choose_run_path(config: dict[str, Any], device: str = "auto") -> Choice:
+    """The path for a new run of ``config``: the one ``$LATENTLENS_PATH`` names, else the
+    fastest on this machine (:func:`latentlens.training.fast_path.choose_path`), timed on
+    throwaway trainers."""
+    requested = requested_path()
+    if requested is not None:
+        return Choice(requested, REQUESTED)
+    resolved, paths, make_step, sync = path_timing(config, device)
     return choose_path(config, resolved, paths, make_step, sync)
