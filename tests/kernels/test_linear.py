@@ -42,15 +42,42 @@ def test_the_projection_and_its_gradients_match_the_formula(shape, outputs, with
         assert torch.equal(ours[1].grad, torch.zeros_like(ours[1].grad))
 
 
-def test_a_long_sum_is_cut_in_fixed_chunks_added_in_order(monkeypatch) -> None:
+@pytest.mark.parametrize("outputs, inputs", [(16, 24), (24, 16)])
+def test_a_long_sum_is_cut_in_fixed_chunks_added_in_order(monkeypatch, outputs, inputs) -> None:
     """Rows beyond ROWS_PER_SUM are summed chunk by chunk: the same bits as the chunks'
-    products added in order, and the formula's to rounding."""
+    products added in order, and the formula's to rounding. Where ``x`` is the narrower
+    operand the chunks are ``x^T dy``'s and their sum is transposed once at the end."""
     monkeypatch.setattr(linear_kernels, "ROWS_PER_SUM", 100)
     gen = torch.Generator().manual_seed(1)
-    dy, x = torch.randn(250, 16, generator=gen), torch.randn(250, 24, generator=gen)
-    chunks = [linear_kernels.linear(dy[s : s + 100].T, x[s : s + 100].T) for s in (0, 100, 200)]
-    assert torch.equal(row_products(dy, x), chunks[0] + chunks[1] + chunks[2])
-    assert within_rounding(row_products(dy, x), dy.double().T @ x.double())
+    dy, x = torch.randn(250, outputs, generator=gen), torch.randn(250, inputs, generator=gen)
+    first, second = (x, dy) if inputs < outputs else (dy, x)
+    chunks = [
+        linear_kernels.linear(first[s : s + 100].T, second[s : s + 100].T) for s in (0, 100, 200)
+    ]
+    total = chunks[0] + chunks[1] + chunks[2]
+    found = row_products(dy, x)
+    assert found.shape == (outputs, inputs) and found.is_contiguous()
+    assert torch.equal(found, total.T if inputs < outputs else total)
+    assert within_rounding(found, dy.double().T @ x.double())
+
+
+@pytest.mark.parametrize(
+    "outputs, inputs, flipped", [(256, 128, True), (128, 256, False), (128, 7, False)]
+)
+def test_the_narrower_operand_is_the_one_copied_transposed(monkeypatch, outputs, inputs, flipped):
+    """``x`` is copied (and the product taken as ``(x^T dy)^T``) only where it is narrower
+    than ``dy`` and at least MIN_OUTPUTS wide: oneDNN sums the same way on any thread count
+    only for products of that many rows."""
+    copied = []
+    original = linear_kernels.transposed
+    monkeypatch.setattr(
+        linear_kernels, "transposed", lambda t: copied.append(t.shape) or original(t)
+    )
+    gen = torch.Generator().manual_seed(4)
+    dy, x = torch.randn(300, outputs, generator=gen), torch.randn(300, inputs, generator=gen)
+    found = row_products(dy, x)
+    assert copied[0] == ((300, inputs) if flipped else (300, outputs))
+    assert within_rounding(found, dy.double().T @ x.double())
 
 
 # the weight gradients' shapes of the reference models: (outputs, inputs, rows)
