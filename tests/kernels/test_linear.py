@@ -64,7 +64,9 @@ def test_a_long_sum_is_cut_in_fixed_chunks_added_in_order(monkeypatch, outputs, 
 @pytest.mark.parametrize(
     "outputs, inputs, flipped", [(256, 128, True), (128, 256, False), (128, 7, False)]
 )
-def test_the_narrower_operand_is_the_one_copied_transposed(monkeypatch, outputs, inputs, flipped):
+def test_the_narrower_operand_is_the_one_copied_transposed(
+    monkeypatch, outputs, inputs, flipped
+) -> None:
     """``x`` is copied (and the product taken as ``(x^T dy)^T``) only where it is narrower
     than ``dy`` and at least MIN_OUTPUTS wide: oneDNN sums the same way on any thread count
     only for products of that many rows."""
