@@ -1,24 +1,32 @@
-"""The fused-compile CPU step traced whole, beside the same step compiled by torch.compile.
+"""The fused-compile CPU step traced whole, beside the same step compiled by torch.compile,
+or beside itself with its graph called through autograd's dispatch layers.
 
     python benchmarks/speed/traced_step.py [--task fuzzy-logic] [--attention softmax]
-        [--steps 40] [--rounds 12] [--out FILE.json]
+        [--against torch.compile|through-autograd] [--batch N]
+        [--steps 40] [--rounds 12] [--threads 2] [--out FILE.json]
 
-Two fused-compile trainers of the task's reference model in one process: one as the
-command builds it (forward and backward traced into one graph and compiled,
-:mod:`latentlens.training.traced_step`), one with the objective compiled by torch.compile
-as before that (dynamo's guards, AOT autograd's wrappers, the autograd engine's backward).
-They take turns, ``--steps`` steps each, for ``--rounds`` rounds; it prints each round's
-milliseconds a step and the median ratio with its range. A diagnosis of the step, in one
-process so that the machine's phases fall on both alike; the claim is the command's
-(``command_side_by_side.py``).
+``--against torch.compile`` (the default): two fused-compile trainers of the task's
+reference model in one process, one as the command builds it (forward and backward traced
+into one graph and compiled, :mod:`latentlens.training.traced_step`), one with the
+objective compiled by torch.compile as before that (dynamo's guards, AOT autograd's
+wrappers, the autograd engine's backward). ``--against through-autograd``: the command's
+trainer alone, its graph called as the command calls it (below autograd's and view
+tracking's dispatch layers) and, in the other turns, as an ordinary call (every operator
+through them). ``--batch`` sets the rows a step (default: the task's; 2 leaves mostly the
+host's fixed work). The two take turns, ``--steps`` steps each, the first turn alternating,
+for ``--rounds`` rounds; it prints each round's milliseconds a step and the median ratio
+with its range. A diagnosis of the step, in one process so that the machine's phases fall
+on both alike; the claim is the command's (``command_side_by_side.py``).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 from unittest import mock
 
@@ -27,18 +35,26 @@ import torch
 from latentlens.training import TrainConfig, Trainer, model_for_task
 
 WARMUP_STEPS = 20
+BASELINES = ("torch.compile", "through-autograd")
 
 
-def trainer_for(task: str, attention: str, traced: bool) -> Trainer:
+def trainer_for(task: str, attention: str, traced: bool, batch: int | None = None) -> Trainer:
     """A fused-compile trainer of ``task``'s reference model, its step traced whole or
-    compiled by torch.compile."""
+    compiled by torch.compile, at ``batch`` rows a step (None: the task's)."""
+    options = {} if batch is None else {"batch_size": batch}
     config = Trainer.resolve_config(
-        task, model_for_task(task, attention=attention), TrainConfig.for_task(task)
+        task, model_for_task(task, attention=attention), TrainConfig.for_task(task, **options)
     )
     with mock.patch.object(Trainer, "traces_whole_step", lambda self, graphs: traced):
         trainer = Trainer(None, config, device="cpu", compile=True, fused=True, quiet=True)
     assert (trainer.traced is not None) == traced
     return trainer
+
+
+def through_autograd() -> contextlib.AbstractContextManager:
+    """The traced graph called as an ordinary call, every operator through autograd's
+    dispatch layers (as before they were skipped)."""
+    return mock.patch("latentlens.training.traced_step.below_autograd", contextlib.nullcontext)
 
 
 def milliseconds_a_step(trainer: Trainer, steps: int) -> float:
@@ -48,35 +64,53 @@ def milliseconds_a_step(trainer: Trainer, steps: int) -> float:
     return (time.perf_counter() - start) / steps * 1e3
 
 
+def turns(args: argparse.Namespace) -> dict[str, Callable[[int], float]]:
+    """``{name: steps -> ms a step}``: the baseline first, then the command's step."""
+    traced = trainer_for(args.task, args.attention, traced=True, batch=args.batch)
+    if args.against == "torch.compile":
+        compiled = trainer_for(args.task, args.attention, traced=False, batch=args.batch)
+        baseline = lambda steps: milliseconds_a_step(compiled, steps)  # noqa: E731
+    else:
+
+        def baseline(steps: int) -> float:
+            with through_autograd():
+                return milliseconds_a_step(traced, steps)
+
+    return {args.against: baseline, "traced": lambda steps: milliseconds_a_step(traced, steps)}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--task", default="fuzzy-logic")
     parser.add_argument("--attention", default="softmax")
+    parser.add_argument("--against", choices=BASELINES, default="torch.compile")
+    parser.add_argument("--batch", type=int, help="rows a step (default: the task's)")
     parser.add_argument("--steps", type=int, default=40, help="steps a turn")
     parser.add_argument("--rounds", type=int, default=12)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", type=Path, help="write the rounds and medians here as JSON")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    trainers = {
-        "torch.compile": trainer_for(args.task, args.attention, traced=False),
-        "traced": trainer_for(args.task, args.attention, traced=True),
-    }
-    for trainer in trainers.values():
-        milliseconds_a_step(trainer, WARMUP_STEPS)
-    rounds: dict[str, list[float]] = {name: [] for name in trainers}
-    for _ in range(args.rounds):
-        for name, trainer in trainers.items():
-            rounds[name].append(milliseconds_a_step(trainer, args.steps))
-        old, new = rounds["torch.compile"][-1], rounds["traced"][-1]
-        print(f"torch.compile {old:7.2f} ms   traced {new:7.2f} ms   {old / new:.3f}x", flush=True)
-    ratios = [a / b for a, b in zip(rounds["torch.compile"], rounds["traced"], strict=True)]
-    print(f"{args.task} {args.attention}, {args.threads} threads: traced at "
-          f"{statistics.median(ratios):.3f}x [{min(ratios):.3f}-{max(ratios):.3f}] the "
-          f"torch.compile step (median [range] of {args.rounds} rounds)")  # fmt: skip
+    timed = turns(args)
+    for time_steps in timed.values():
+        time_steps(WARMUP_STEPS)
+    rounds: dict[str, list[float]] = {name: [] for name in timed}
+    names = list(timed)
+    for index in range(args.rounds):
+        for name in names if index % 2 == 0 else names[::-1]:
+            rounds[name].append(timed[name](args.steps))
+        old, new = rounds[args.against][-1], rounds["traced"][-1]
+        print(f"{args.against} {old:7.2f} ms   traced {new:7.2f} ms   {old / new:.3f}x", flush=True)
+    ratios = [a / b for a, b in zip(rounds[args.against], rounds["traced"], strict=True)]
+    faster = sum(ratio > 1 for ratio in ratios)
+    print(f"{args.task} {args.attention}, batch {args.batch or 'the task'}'s, {args.threads} "
+          f"threads: traced at {statistics.median(ratios):.3f}x "
+          f"[{min(ratios):.3f}-{max(ratios):.3f}] the {args.against} step (median [range] of "
+          f"{args.rounds} rounds; faster in {faster})")  # fmt: skip
     if args.out:
-        result = {"task": args.task, "attention": args.attention, "threads": args.threads,
-                  "steps_a_turn": args.steps, "rounds_ms": rounds, "ratios": ratios}  # fmt: skip
+        result = {"task": args.task, "attention": args.attention, "against": args.against,
+                  "batch": args.batch, "threads": args.threads, "steps_a_turn": args.steps,
+                  "rounds_ms": rounds, "ratios": ratios}  # fmt: skip
         args.out.write_text(json.dumps(result, indent=1) + "\n")
     return 0
 

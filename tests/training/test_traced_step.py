@@ -10,14 +10,16 @@ A gradient that is zero up to rounding (softmax's key bias) is held to the same 
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
+from unittest import mock
 
 import pytest
 import torch
 
-from latentlens.training import TrainConfig, Trainer, model_for_task
+from latentlens.training import TrainConfig, Trainer, model_for_task, traced_step
 from latentlens.training.objective import TrainingObjective
-from latentlens.training.traced_step import TracedGradients, laid_out_as
+from latentlens.training.traced_step import TracedGradients, below_autograd, laid_out_as
 from tests.training.test_cpu_compile import without_dropout
 from tests.training.test_trainer import tiny_config
 
@@ -62,6 +64,28 @@ def test_a_compiled_fused_run_traces_its_step_whole(tmp_path: Path, attention: s
             for p in run.model.parameters():
                 p.add_(0.01 * torch.randn_like(p))
     assert len(run.traced.compiled) == 1
+
+
+def test_the_graph_runs_below_autograd_to_the_same_bits(tmp_path: Path) -> None:
+    """The graph is called below autograd's dispatch layers (its operators' Python autograd
+    wrappers and view tracking skipped, for speed): it computes bit for bit what the same
+    graph computes called through them, and its gradients are ordinary tensors."""
+    with below_autograd():  # the guard skips autograd: an op on a leaf records nothing
+        leaf = torch.ones(3, requires_grad=True)
+        made = (leaf * 2)[1:]
+        assert not made.requires_grad and made.grad_fn is None and not made.is_inference()
+    config = without_dropout(tiny_config(steps=20))
+    run = Trainer.create(tmp_path / "r", config, device="cpu", quiet=True, fused=True,
+                         compile=True)  # fmt: skip
+    draws = run.task.draw(run.train_cfg.batch_size, "train", torch.Generator().manual_seed(3))
+    loss = run.traced(draws)
+    below = [p.grad for p in run.model.parameters()]
+    with mock.patch.object(traced_step, "below_autograd", contextlib.nullcontext):
+        through_loss = run.traced(draws)
+    assert torch.equal(loss, through_loss)
+    for (name, p), got in zip(run.model.named_parameters(), below, strict=True):
+        assert torch.equal(got, p.grad), name
+        assert not got.is_inference() and got.grad_fn is None, name
 
 
 class Objective(torch.nn.Module):
