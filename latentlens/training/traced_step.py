@@ -73,12 +73,12 @@ class TracedGradients:
 
     def __call__(self, draws: Any) -> torch.Tensor:
         leaves, structure = taken_apart(draws)
-        inputs = [tensor.detach() for tensor in self.state] + leaves
         key = self._key(leaves, structure)
         if key not in self.compiled:
-            self.compiled[key] = self._compile(inputs, structure)
-        with below_autograd():
-            loss, *gradients = self.compiled[key](*inputs)
+            detached = [tensor.detach() for tensor in self.state]
+            self.compiled[key] = self._compile(detached + leaves, structure)
+        with below_autograd():  # so the parameters go in as they are: nothing records them
+            loss, *gradients = self.compiled[key](*self.state, *leaves)
         for (_, parameter), gradient in zip(self.trained, gradients, strict=True):
             parameter.grad = gradient
         return loss
