@@ -52,9 +52,11 @@ def trainer_for(task: str, attention: str, traced: bool, batch: int | None = Non
 
 
 def through_autograd() -> contextlib.AbstractContextManager:
-    """The traced graph called as an ordinary call, every operator through autograd's
-    dispatch layers (as before they were skipped)."""
-    return mock.patch("latentlens.training.traced_step.below_autograd", contextlib.nullcontext)
+    """The traced graph called with every operator through autograd's dispatch layers, as
+    before they were skipped: gradient mode off in place of the guard, so that the
+    parameters, which go in undetached, are recorded by nothing (before, they went in
+    detached)."""
+    return mock.patch("latentlens.training.traced_step.below_autograd", torch.no_grad)
 
 
 def milliseconds_a_step(trainer: Trainer, steps: int) -> float:
