@@ -13,7 +13,7 @@ is computed.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,6 +53,8 @@ def extract(
     seed: int = 0,
     select: Mapping[str, Selector] | None = None,
     sample_options: Mapping[str, Any] | None = None,
+    forward_options: Mapping[str, Any] | None = None,
+    forward_examples: int | None = None,
 ) -> Extraction:
     """Activations of ``hook_names`` on ``examples`` examples of ``split``.
 
@@ -62,8 +64,12 @@ def extract(
     ``select`` maps a hook name to a function ``(activation, batch) -> kept slice``
     (default :func:`last_position`); it sees the batch, so the slice may depend on the
     labels (e.g. where a permuted feature sits). ``sample_options`` go to the source's
-    ``labelled_batches`` (a task's ``sample``, e.g. ``inputs="fixed_query"``). The same
-    call gives the same examples. The model is put in eval mode and restored.
+    ``labelled_batches`` (a task's ``sample``, e.g. ``inputs="fixed_query"``),
+    ``forward_options`` to the model's forward beside the source's own (e.g.
+    ``last_positions``). The examples are drawn ``batch_size`` at a time, so the same call
+    gives the same examples; ``forward_examples`` joins consecutive draws into forward
+    passes of at least that many examples (the same examples, in fewer and larger passes:
+    their activations equal to float rounding). The model is put in eval mode and restored.
     """
     check_hooked(model)
     if isinstance(examples, bool) or not isinstance(examples, int) or examples <= 0:
@@ -74,9 +80,18 @@ def extract(
             f"unknown hook names {unknown}; the model has e.g. {sorted(model.hook_dict)[:6]}"
         )
     select = dict(select or {})
+    if forward_examples is not None and (
+        isinstance(forward_examples, bool) or not isinstance(forward_examples, int)
+        or forward_examples <= 0
+    ):  # fmt: skip
+        raise ValueError(
+            f"forward_examples={forward_examples!r} is invalid: it must be a positive integer"
+        )
     batches = source.labelled_batches(
         split, examples, batch_size, seed, **dict(sample_options or {})
     )
+    if forward_examples is not None and forward_examples > batch_size:
+        batches = _joined(batches, forward_examples)
     was_training = model.training
     model.eval()
     # Outputs are allocated once, at full size, and filled batch by batch: no list of
@@ -87,7 +102,8 @@ def extract(
     try:
         for batch in batches:
             size = len(batch)
-            inputs, options = source.model_inputs(batch), forward_kwargs(source, batch)
+            inputs = source.model_inputs(batch)
+            options = {**forward_kwargs(source, batch), **dict(forward_options or {})}
             kept = _slices(model, inputs, options, batch, hook_names, select)
             for name, value in kept.items():
                 _fill(activations, name, value, seen, examples)
@@ -103,6 +119,19 @@ def extract(
         name = type(source).__name__
         raise ValueError(f"{name} gave {seen} examples of {split!r}, not the {examples} asked for")
     return Extraction(activations, labels)
+
+
+def _joined(batches: Iterable[Batch], examples: int) -> Iterator[Batch]:
+    """Consecutive ``batches`` joined into batches of at least ``examples`` examples (the
+    last one may have fewer), in their order."""
+    pending: list[Batch] = []
+    for batch in batches:
+        pending.append(batch)
+        if sum(map(len, pending)) >= examples:
+            yield Batch.cat(pending)
+            pending = []
+    if pending:
+        yield Batch.cat(pending)
 
 
 class _EveryHookFired(Exception):

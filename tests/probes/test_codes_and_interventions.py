@@ -53,6 +53,7 @@ def test_code_sets_have_the_protocol_shapes_and_labels() -> None:
     codes = fuzzy_logic_codes(model_for("fuzzy-logic"), logic, "test", examples=40)
     assert codes.codes.shape == (40, 2, 4, 1) and codes.target.shape == (40, 8)
     assert codes.features().shape == (40, 8) and codes.features([1], [0, 2]).shape == (40, 2)
+    _assert_fuzzy_logic_codes_are_the_patterns(logic)
     raven = make_task("sraven", None, seed=0)
     model = model_for("sraven", n_layers=2)
     codes = sraven_codes(model, raven, "ood_unpermuted", examples=24)
@@ -66,6 +67,24 @@ def test_code_sets_have_the_protocol_shapes_and_labels() -> None:
     for b in range(24):
         torch.testing.assert_close(codes.codes[b, 1], pattern[b, :, -1, keys[b]])
     assert torch.equal(codes.target, batch.labels["answer_rules"][:, -1])
+
+
+def _assert_fuzzy_logic_codes_are_the_patterns(logic) -> None:
+    """Drawn 256 at a time and read in a joined pass with the last block's last query alone,
+    the codes are a[:, T-1, T-1] of every layer in a plain pass over the same draws (float32
+    rounding of the same sums blocked otherwise: values in [0, 1], 1e-6 a few ulp)."""
+    model = model_for("fuzzy-logic")
+    codes = fuzzy_logic_codes(model, logic, "train", examples=300)
+    generator = logic.make_generator(0)
+    batches = [logic.sample(n, "train", generator, inputs="fixed_query") for n in (256, 44)]
+    names = [f"blocks.{layer}.attn.hook_pattern" for layer in range(2)]
+    with torch.no_grad():
+        caches = [model.run_with_cache(batch.inputs, names_filter=names)[1] for batch in batches]
+    for layer, name in enumerate(names):
+        expected = torch.cat([cache[name][:, :, -1, -1] for cache in caches])
+        torch.testing.assert_close(codes.codes[:, layer, :, 0], expected, rtol=0, atol=1e-6)
+    bits = torch.cat([batch.labels["term_bits"] for batch in batches]).reshape(300, -1)
+    assert torch.equal(codes.target, bits.float())
 
 
 def test_decoding_table_finds_the_head_that_carries_the_rule() -> None:
