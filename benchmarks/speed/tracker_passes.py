@@ -6,12 +6,12 @@
 At every evaluation (every 1,000 steps by default) a fuzzy-logic run computes the official
 ``r2_attn_latent`` (:class:`latentlens.probes.LogicLatentsTracker`) on 16,000 problems: a
 forward pass of every example through the first block and the second block's pattern.
-latentlens reads them in passes of ``FUZZY_LOGIC_FORWARD_EXAMPLES`` with the last block's
-last query alone (``now``); before, in passes of 256 with every query (``before``, the
-module's constants patched). Both are timed in alternating turns on one fused-compile
-trainer after 50 steps, with the training step's time for 1,000 steps beside them: the
-tracker's share of a command's time between evaluations. ``--config a1``: Table A1's
-T = 32.
+latentlens reads them in passes of ``FUZZY_LOGIC_FORWARD_POSITIONS`` positions with the
+last block's last query alone (``now``); before, in passes of 256 examples with every
+query (``before``, the module's constants patched). Both are timed in alternating turns
+on one fused-compile trainer after 50 steps, with the training step's time for 1,000
+steps beside them: the tracker's share of a command's time between evaluations.
+``--config a1``: Table A1's T = 32.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from speed.command_side_by_side import A1_CONFIG  # noqa: E402
 
 WARMUP_STEPS = 50
 STEPS = 20  # training steps timed a turn
-BEFORE = {"FUZZY_LOGIC_FORWARD_EXAMPLES": 256, "last_positions_kwargs": lambda model, n: {}}
+BEFORE = {"FUZZY_LOGIC_FORWARD_POSITIONS": 0, "last_positions_kwargs": lambda model, n: {}}
 
 
 def trainer_for(attention: str, task_config: dict | None) -> Trainer:

@@ -26,12 +26,14 @@ from latentlens.probes.structure import all_identical, embed_codes
 from latentlens.tasks import Batch, Task
 from latentlens.tasks.sraven import GRID
 
-# Fuzzy logic's codes are read from forward passes of this many examples (drawn 256 at a
-# time, so the examples do not depend on it): the over-training tracker reads 16,000 of
-# them at every evaluation. Alternating turns on a 2-core Zen 4, T = 16, 5-6 turns each
-# (the last block's query at the last position alone too, below): 0.48-0.53 s against
-# 0.62-0.78 s in passes of 256 with every query; 2,000 and 4,000 gained nothing more.
-FUZZY_LOGIC_FORWARD_EXAMPLES = 1024
+# Fuzzy logic's codes are read from forward passes of this many positions (examples x
+# seq_len; the examples are drawn 256 at a time, so they do not depend on it): the
+# over-training tracker reads 16,000 examples at every evaluation. Alternating turns on a
+# 2-core Zen 4, T = 16, 5-6 turns each (the last block's query at the last position alone
+# too, below): 0.48-0.53 s against 0.62-0.78 s in passes of 256 examples with every query;
+# 2,000 and 4,000 examples gained nothing more. A pass's patterns grow as seq_len squared,
+# so longer sequences take fewer examples a pass.
+FUZZY_LOGIC_FORWARD_POSITIONS = 16_384
 
 
 @dataclass
@@ -77,7 +79,8 @@ def fuzzy_logic_codes(
     """The last token's self-code per layer with the fixed query; target: term bits
     ``[examples, K*L]``; factors: the same bits; groups: the term combination. The last
     block computes its last query alone where the model can (``last_positions``), in
-    passes of :data:`FUZZY_LOGIC_FORWARD_EXAMPLES`: the codes equal to float rounding."""
+    passes of :data:`FUZZY_LOGIC_FORWARD_POSITIONS` positions: the codes equal to float
+    rounding."""
     layers = _layers(model)
     names = [pattern_hook_name(i) for i in range(layers)]
     select = {name: lambda act, batch: act[:, :, -1, -1:] for name in names}
@@ -85,7 +88,7 @@ def fuzzy_logic_codes(
         model, task, split, names, examples, seed=seed, select=select,
         sample_options={"inputs": "fixed_query"},
         forward_options=last_positions_kwargs(model, 1),
-        forward_examples=FUZZY_LOGIC_FORWARD_EXAMPLES,
+        forward_examples=max(1, FUZZY_LOGIC_FORWARD_POSITIONS // task.config.seq_len),
     )  # fmt: skip
     bits = got.labels["term_bits"].reshape(len(got), -1).float()
     return CodeSet(
