@@ -41,12 +41,16 @@ SMALL_BATCH = 2
 WARMUP_STEPS = 20
 
 
-def trainer_for(task: str, attention: str, batch_size: int) -> Trainer:
-    """A fused-compile trainer of ``task``'s reference model at ``batch_size``."""
+def trainer_for(
+    task: str, attention: str, batch_size: int, task_config: dict | None = None
+) -> Trainer:
+    """A fused-compile trainer of ``task``'s reference model at ``batch_size`` (the task
+    configured by ``task_config``; None: its defaults)."""
     config = Trainer.resolve_config(
         task,
-        model_for_task(task, attention=attention),
+        model_for_task(task, task_config, attention=attention),
         TrainConfig.for_task(task, batch_size=batch_size),
+        task_config,
     )
     return Trainer(None, config, device="cpu", compile=True, fused=True, quiet=True)
 

@@ -28,21 +28,12 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from latentlens.probes import codes  # noqa: E402
 from latentlens.probes.official import logic_latents  # noqa: E402
-from latentlens.training import TrainConfig, Trainer, model_for_task  # noqa: E402
 from speed.command_side_by_side import A1_CONFIG  # noqa: E402
+from speed.host_share import trainer_for  # noqa: E402
 
 WARMUP_STEPS = 50
 STEPS = 20  # training steps timed a turn
 BEFORE = {"FUZZY_LOGIC_FORWARD_POSITIONS": 0, "last_positions_kwargs": lambda model, n: {}}
-
-
-def trainer_for(attention: str, task_config: dict | None) -> Trainer:
-    """A fused-compile fuzzy-logic trainer of the reference model (``task_config``: None,
-    the default T = 16, or Table A1's)."""
-    model = model_for_task("fuzzy-logic", task_config, attention=attention)
-    train = TrainConfig.for_task("fuzzy-logic")
-    config = Trainer.resolve_config("fuzzy-logic", model, train, task_config)
-    return Trainer(None, config, device="cpu", compile=True, fused=True, quiet=True)
 
 
 def seconds_of_tracker(trainer, patched: dict) -> tuple[float, float]:
@@ -69,8 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     torch.set_num_threads(2)
     task_config = A1_CONFIG["task"] if args.config == "a1" else None
-    seq_len = 32 if task_config else 16
-    trainer = trainer_for(args.attention, task_config)
+    trainer = trainer_for("fuzzy-logic", args.attention, 128, task_config)
+    seq_len = trainer.task.config.seq_len
     for _ in range(WARMUP_STEPS):
         trainer.train_step()
     turns: dict[str, list[float]] = {"now": [], "before": [], "1,000 steps": []}

@@ -72,21 +72,15 @@ def extract(
     their activations equal to float rounding). The model is put in eval mode and restored.
     """
     check_hooked(model)
-    if isinstance(examples, bool) or not isinstance(examples, int) or examples <= 0:
-        raise ValueError(f"examples={examples!r} is invalid: it must be a positive integer")
+    _check_positive("examples", examples)
     unknown = [name for name in hook_names if name not in model.hook_dict]
     if unknown:
         raise ValueError(
             f"unknown hook names {unknown}; the model has e.g. {sorted(model.hook_dict)[:6]}"
         )
     select = dict(select or {})
-    if forward_examples is not None and (
-        isinstance(forward_examples, bool) or not isinstance(forward_examples, int)
-        or forward_examples <= 0
-    ):  # fmt: skip
-        raise ValueError(
-            f"forward_examples={forward_examples!r} is invalid: it must be a positive integer"
-        )
+    if forward_examples is not None:
+        _check_positive("forward_examples", forward_examples)
     batches = source.labelled_batches(
         split, examples, batch_size, seed, **dict(sample_options or {})
     )
@@ -121,15 +115,23 @@ def extract(
     return Extraction(activations, labels)
 
 
+def _check_positive(name: str, value: Any) -> None:
+    """Refuse, in one line, a ``value`` of argument ``name`` that is not a positive int."""
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"{name}={value!r} is invalid: it must be a positive integer")
+
+
 def _joined(batches: Iterable[Batch], examples: int) -> Iterator[Batch]:
     """Consecutive ``batches`` joined into batches of at least ``examples`` examples (the
     last one may have fewer), in their order."""
     pending: list[Batch] = []
+    count = 0
     for batch in batches:
         pending.append(batch)
-        if sum(map(len, pending)) >= examples:
+        count += len(batch)
+        if count >= examples:
             yield Batch.cat(pending)
-            pending = []
+            pending, count = [], 0
     if pending:
         yield Batch.cat(pending)
 
