@@ -1,8 +1,9 @@
 """The fused-compile CPU step traced whole, beside the same step compiled by torch.compile,
-or beside itself with its graph called through autograd's dispatch layers.
+or beside itself with its graph called through autograd's dispatch layers or compiled with
+a Python wrapper.
 
     python benchmarks/speed/traced_step.py [--task fuzzy-logic] [--attention softmax]
-        [--against torch.compile|through-autograd] [--batch N]
+        [--against torch.compile|through-autograd|python-wrapper] [--batch N]
         [--steps 40] [--rounds 12] [--threads 2] [--out FILE.json]
 
 ``--against torch.compile`` (the default): two fused-compile trainers of the task's
@@ -12,11 +13,14 @@ objective compiled by torch.compile as before that (dynamo's guards, AOT autogra
 wrappers, the autograd engine's backward). ``--against through-autograd``: the command's
 trainer alone, its graph called as the command calls it (below autograd's and view
 tracking's dispatch layers) and, in the other turns, as an ordinary call (every operator
-through them). ``--batch`` sets the rows a step (default: the task's; 2 leaves mostly the
-host's fixed work). The two take turns, ``--steps`` steps each, the first turn alternating,
-for ``--rounds`` rounds; it prints each round's milliseconds a step and the median ratio
-with its range. A diagnosis of the step, in one process so that the machine's phases fall
-on both alike; the claim is the command's (``command_side_by_side.py``).
+through them). ``--against python-wrapper``: beside a second such trainer whose graph
+inductor compiled as before its wrapper was C++: a Python wrapper that checks each
+operator's output sizes and strides (``WRAPPER_OPTIONS`` left out). ``--batch`` sets the
+rows a step (default: the task's; 2 leaves mostly the host's fixed work). The two take
+turns, ``--steps`` steps each, the first turn alternating, for ``--rounds`` rounds; it
+prints each round's milliseconds a step and the median ratio with its range. A diagnosis
+of the step, in one process so that the machine's phases fall on both alike; the claim
+is the command's (``command_side_by_side.py``).
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ import torch
 from latentlens.training import TrainConfig, Trainer, model_for_task
 
 WARMUP_STEPS = 20
-BASELINES = ("torch.compile", "through-autograd")
+BASELINES = ("torch.compile", "through-autograd", "python-wrapper")
 
 
 def trainer_for(task: str, attention: str, traced: bool, batch: int | None = None) -> Trainer:
@@ -59,6 +63,12 @@ def through_autograd() -> contextlib.AbstractContextManager:
     return mock.patch("latentlens.training.traced_step.below_autograd", torch.no_grad)
 
 
+def python_wrapper() -> contextlib.AbstractContextManager:
+    """Graphs compiled meanwhile get inductor's Python wrapper and its size checks, as
+    before the traced step set its :data:`~latentlens.training.traced_step.WRAPPER_OPTIONS`."""
+    return mock.patch.dict("latentlens.training.traced_step.WRAPPER_OPTIONS", clear=True)
+
+
 def milliseconds_a_step(trainer: Trainer, steps: int) -> float:
     start = time.perf_counter()
     for _ in range(steps):
@@ -72,6 +82,12 @@ def turns(args: argparse.Namespace) -> dict[str, Callable[[int], float]]:
     if args.against == "torch.compile":
         compiled = trainer_for(args.task, args.attention, traced=False, batch=args.batch)
         baseline = lambda steps: milliseconds_a_step(compiled, steps)  # noqa: E731
+    elif args.against == "python-wrapper":
+        wrapped = trainer_for(args.task, args.attention, traced=True, batch=args.batch)
+
+        def baseline(steps: int) -> float:
+            with python_wrapper():  # its graph is compiled in the first turn
+                return milliseconds_a_step(wrapped, steps)
     else:
 
         def baseline(steps: int) -> float:

@@ -12,6 +12,14 @@ is drawn), the kernels' operators recorded as the compiled step records them
 of the parameters, the buffers and the batch's draws. A step then calls that function
 and sets each parameter's ``.grad``: no guards, no autograd graph.
 
+The compiled graph's wrapper, the code that allocates its buffers and calls its kernels
+and operators one after another, is C++ (inductor's ``cpp_wrapper``) without the checks of
+each operator's output sizes and strides against its fake kernel's (``size_asserts``;
+the tests hold the gradients to autograd's), for the same bits. Inductor's Python wrapper
+(some 600 lines with 130 such checks at T = 16) made the fixed part of a fuzzy-logic step
+1.21x as long (batch 2) and the step 1.02-1.07x (``benchmarks/speed/traced_step.py
+--against python-wrapper``); the C++ one compiles about 7 s longer, once per machine.
+
 It calls the operators the compiled objective's forward and backward call, to float32
 rounding the same gradients (``tests/training/test_traced_step.py``). Its random numbers
 (dropout) are inductor's, drawn from the global generator, so a resumed run draws what an
@@ -39,6 +47,8 @@ Key = tuple[Any, ...]
 # How draws were taken apart (:func:`taken_apart`): the dataclass they were, if one, and
 # the tree of their tensors
 Structure = tuple[type | None, TreeSpec]
+# inductor's settings for the step's graph beneath the caller's (module docstring)
+WRAPPER_OPTIONS = {"cpp_wrapper": True, "size_asserts": False}
 
 
 class TracedGradients:
@@ -114,7 +124,8 @@ class TracedGradients:
 
         with tracing_a_step():
             graph = make_fx(step, tracing_mode="fake", _allow_non_fake_inputs=True)(*inputs)
-        run = compile_fx(graph, fake_copies(inputs), config_patches=self.options)
+        options = {**WRAPPER_OPTIONS, **self.options}
+        run = compile_fx(graph, fake_copies(inputs), config_patches=options)
         if not unused:
             return run
         missing = frozenset(unused)

@@ -88,6 +88,30 @@ def test_the_graph_runs_below_autograd_to_the_same_bits(tmp_path: Path) -> None:
         assert not got.is_inference() and not got.requires_grad, name
 
 
+def test_the_cpp_wrapper_computes_the_python_wrappers_bits(tmp_path: Path) -> None:
+    """The graph's C++ wrapper without size checks (:data:`traced_step.WRAPPER_OPTIONS`,
+    for speed) calls the same kernels in the same order as inductor's Python wrapper: the
+    same loss and gradients bit for bit, dropout's random numbers included."""
+    assert traced_step.WRAPPER_OPTIONS == {"cpp_wrapper": True, "size_asserts": False}
+    config = tiny_config(steps=20, attention="hyla")
+    assert config["model"]["attention_dropout"] > 0  # its draws inside the graph compared too
+    run = Trainer.create(tmp_path / "r", config, device="cpu", quiet=True, fused=True,
+                         compile=True)  # fmt: skip
+    draws = run.task.draw(run.train_cfg.batch_size, "train", torch.Generator().manual_seed(3))
+    results = []
+    for options in ({}, traced_step.WRAPPER_OPTIONS):
+        with mock.patch.dict(traced_step.WRAPPER_OPTIONS, options, clear=True):
+            traced = TracedGradients(run.traced.objective, run.traced.options)
+            torch.manual_seed(5)
+            loss = traced(draws)
+        (graph,) = traced.compiled.values()  # inductor's output: its wrapper's source
+        assert ("CppWrapperCodeCache" in graph.source_code) == bool(options)
+        results.append([loss, *(p.grad for p in run.model.parameters())])
+    for (name, _), python, cpp in zip([("loss", None), *run.model.named_parameters()],
+                                      *results, strict=True):  # fmt: skip
+        assert torch.equal(python, cpp), name
+
+
 class Objective(torch.nn.Module):
     """A loss with a transposed (non-contiguous) weight and a parameter it never uses."""
 
