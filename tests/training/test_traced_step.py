@@ -99,7 +99,7 @@ def test_the_cpp_wrapper_computes_the_python_wrappers_bits(tmp_path: Path) -> No
                          compile=True)  # fmt: skip
     draws = run.task.draw(run.train_cfg.batch_size, "train", torch.Generator().manual_seed(3))
     results = []
-    for options in ({}, traced_step.WRAPPER_OPTIONS):
+    for options in ({}, dict(traced_step.WRAPPER_OPTIONS)):  # a copy: the patch clears it
         with mock.patch.dict(traced_step.WRAPPER_OPTIONS, options, clear=True):
             traced = TracedGradients(run.traced.objective, run.traced.options)
             torch.manual_seed(5)
