@@ -29,6 +29,7 @@ import argparse
 import contextlib
 import json
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -36,7 +37,9 @@ from unittest import mock
 
 import torch
 
-from latentlens.training import TrainConfig, Trainer, model_for_task
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from latentlens.training import TrainConfig, Trainer  # noqa: E402
+from speed.host_share import trainer_for as fused_compile_trainer  # noqa: E402
 
 WARMUP_STEPS = 20
 BASELINES = ("torch.compile", "through-autograd", "python-wrapper")
@@ -45,12 +48,9 @@ BASELINES = ("torch.compile", "through-autograd", "python-wrapper")
 def trainer_for(task: str, attention: str, traced: bool, batch: int | None = None) -> Trainer:
     """A fused-compile trainer of ``task``'s reference model, its step traced whole or
     compiled by torch.compile, at ``batch`` rows a step (None: the task's)."""
-    options = {} if batch is None else {"batch_size": batch}
-    config = Trainer.resolve_config(
-        task, model_for_task(task, attention=attention), TrainConfig.for_task(task, **options)
-    )
+    rows = TrainConfig.for_task(task).batch_size if batch is None else batch
     with mock.patch.object(Trainer, "traces_whole_step", lambda self, graphs: traced):
-        trainer = Trainer(None, config, device="cpu", compile=True, fused=True, quiet=True)
+        trainer = fused_compile_trainer(task, attention, rows)
     assert (trainer.traced is not None) == traced
     return trainer
 

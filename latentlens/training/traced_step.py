@@ -17,7 +17,7 @@ and operators one after another, is C++ (inductor's ``cpp_wrapper``) without the
 each operator's output sizes and strides against its fake kernel's (``size_asserts``;
 the tests hold the gradients to autograd's), for the same bits. Inductor's Python wrapper
 (some 600 lines with 130 such checks at T = 16) made the fixed part of a fuzzy-logic step
-1.21x as long (batch 2) and the step 1.02-1.07x (``benchmarks/speed/traced_step.py
+1.21x as long (batch 2) and the step 1.01-1.07x (``benchmarks/speed/traced_step.py
 --against python-wrapper``); the C++ one compiles about 7 s longer, once per machine.
 
 It calls the operators the compiled objective's forward and backward call, to float32
