@@ -19,6 +19,16 @@ the tests hold the gradients to autograd's), for the same bits. Inductor's Pytho
 (some 600 lines with 130 such checks at T = 16) made the fixed part of a fuzzy-logic step
 1.21x as long (batch 2) and the step 1.01-1.07x (``benchmarks/speed/traced_step.py
 --against python-wrapper``); the C++ one compiles about 7 s longer, once per machine.
+Inductor writes its own kernels (the graph's element-wise passes and small sums) for the
+thread count it compiles at, and keys its graph cache by that count; here they are written
+for one thread (``cpp.threads``), whatever the count. The graph then computes the same
+numbers at any count (its other work, oneDNN's matmuls and the fused kernels, splits its
+sums in fixed slices), and one compile serves them all: a new run's thread check compiled
+it again at one thread after its calibration had at two, and a resume compiled kernels for
+the count it started on. Written for two threads, the kernels computed the same bits at
+fuzzy logic's and SRAVEN's reference sizes, and the step was no faster in alternating
+turns (T = 16: 13.45 against 13.99 ms for softmax, 18.49 against 17.87 for linear,
+medians of 10 turns on a 2-core Zen 4, within the machine's noise).
 
 It calls the operators the compiled objective's forward and backward call, to float32
 rounding the same gradients (``tests/training/test_traced_step.py``). Its random numbers
@@ -47,8 +57,10 @@ Key = tuple[Any, ...]
 # How draws were taken apart (:func:`taken_apart`): the dataclass they were, if one, and
 # the tree of their tensors
 Structure = tuple[type | None, TreeSpec]
-# inductor's settings for the step's graph beneath the caller's (module docstring)
+# inductor's settings for the step's graph beneath the caller's (module docstring): its
+# wrapper, and its own kernels written for one thread whatever the count at compile time
 WRAPPER_OPTIONS = {"cpp_wrapper": True, "size_asserts": False}
+KERNEL_OPTIONS = {"cpp.threads": 1}
 
 
 class TracedGradients:
@@ -124,7 +136,7 @@ class TracedGradients:
 
         with tracing_a_step():
             graph = make_fx(step, tracing_mode="fake", _allow_non_fake_inputs=True)(*inputs)
-        options = {**WRAPPER_OPTIONS, **self.options}
+        options = {**WRAPPER_OPTIONS, **KERNEL_OPTIONS, **self.options}
         run = compile_fx(graph, fake_copies(inputs), config_patches=options)
         if not unused:
             return run

@@ -112,6 +112,39 @@ def test_the_cpp_wrapper_computes_the_python_wrappers_bits(tmp_path: Path) -> No
         assert torch.equal(python, cpp), name
 
 
+def test_the_graph_is_compiled_once_for_every_thread_count(tmp_path: Path) -> None:
+    """Inductor's own kernels are written for one thread (:data:`traced_step.KERNEL_OPTIONS`)
+    whatever the count at compile time: compiled on two threads, the graph holds no OpenMP
+    region of its own; compiled again on one, inductor's graph cache returns it (its key
+    holds no thread count), and both compute the same bits."""
+    from torch._dynamo.utils import counters
+
+    assert traced_step.KERNEL_OPTIONS == {"cpp.threads": 1}
+    config = tiny_config(steps=20, attention="hyla")
+    run = Trainer.create(tmp_path / "r", config, device="cpu", quiet=True, fused=True,
+                         compile=True)  # fmt: skip
+    draws = run.task.draw(run.train_cfg.batch_size, "train", torch.Generator().manual_seed(3))
+    before = torch.get_num_threads()
+    results, hits = [], []
+    try:
+        for threads in (2, 1):
+            torch.set_num_threads(threads)
+            hit = counters["inductor"]["fxgraph_cache_hit"]
+            traced = TracedGradients(run.traced.objective, run.traced.options)
+            torch.manual_seed(5)
+            loss = traced(draws)
+            hits.append(counters["inductor"]["fxgraph_cache_hit"] - hit)
+            (graph,) = traced.compiled.values()
+            assert "#pragma omp" not in graph.source_code, threads
+            results.append([loss, *(p.grad for p in run.model.parameters())])
+    finally:
+        torch.set_num_threads(before)
+    assert hits[1] == 1  # the second compile, on one thread, found the first
+    for (name, _), two, one in zip([("loss", None), *run.model.named_parameters()], *results,
+                                   strict=True):  # fmt: skip
+        assert torch.equal(two, one), name
+
+
 class Objective(torch.nn.Module):
     """A loss with a transposed (non-contiguous) weight and a parameter it never uses."""
 
