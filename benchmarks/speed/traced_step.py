@@ -1,9 +1,10 @@
 """The fused-compile CPU step traced whole, beside the same step compiled by torch.compile,
-or beside itself with its graph called through autograd's dispatch layers or compiled with
-a Python wrapper.
+or beside itself with its graph called through autograd's dispatch layers, compiled with
+a Python wrapper or with inductor's own kernels written for two threads.
 
     python benchmarks/speed/traced_step.py [--task fuzzy-logic] [--attention softmax]
-        [--against torch.compile|through-autograd|python-wrapper] [--batch N]
+        [--against torch.compile|through-autograd|python-wrapper|two-thread-kernels]
+        [--batch N]
         [--steps 40] [--rounds 12] [--threads 2] [--out FILE.json]
 
 ``--against torch.compile`` (the default): two fused-compile trainers of the task's
@@ -15,7 +16,10 @@ trainer alone, its graph called as the command calls it (below autograd's and vi
 tracking's dispatch layers) and, in the other turns, as an ordinary call (every operator
 through them). ``--against python-wrapper``: beside a second such trainer whose graph
 inductor compiled as before its wrapper was C++: a Python wrapper that checks each
-operator's output sizes and strides (``WRAPPER_OPTIONS`` left out). ``--batch`` sets the
+operator's output sizes and strides (``WRAPPER_OPTIONS`` left out). ``--against
+two-thread-kernels``: beside a second trainer whose graph's own inductor kernels are written
+for two threads (``KERNEL_OPTIONS`` set to ``cpp.threads = 2``), as a run's graph was when
+it compiled on two threads. ``--batch`` sets the
 rows a step (default: the task's; 2 leaves mostly the host's fixed work). The two take
 turns, ``--steps`` steps each, the first turn alternating, for ``--rounds`` rounds; it
 prints each round's milliseconds a step and the median ratio with its range. A diagnosis
@@ -42,7 +46,7 @@ from latentlens.training import TrainConfig, Trainer  # noqa: E402
 from speed.host_share import trainer_for as fused_compile_trainer  # noqa: E402
 
 WARMUP_STEPS = 20
-BASELINES = ("torch.compile", "through-autograd", "python-wrapper")
+BASELINES = ("torch.compile", "through-autograd", "python-wrapper", "two-thread-kernels")
 
 
 def trainer_for(task: str, attention: str, traced: bool, batch: int | None = None) -> Trainer:
@@ -69,6 +73,17 @@ def python_wrapper() -> contextlib.AbstractContextManager:
     return mock.patch.dict("latentlens.training.traced_step.WRAPPER_OPTIONS", clear=True)
 
 
+def two_thread_kernels() -> contextlib.AbstractContextManager:
+    """Graphs compiled meanwhile get inductor's own kernels written for two threads, as a
+    run's graph on two threads had before the traced step set its
+    :data:`~latentlens.training.traced_step.KERNEL_OPTIONS`."""
+    return mock.patch.dict("latentlens.training.traced_step.KERNEL_OPTIONS", {"cpp.threads": 2})
+
+
+# the baselines that are a second traced trainer, its graph compiled under a patch
+COMPILED_UNDER = {"python-wrapper": python_wrapper, "two-thread-kernels": two_thread_kernels}
+
+
 def milliseconds_a_step(trainer: Trainer, steps: int) -> float:
     start = time.perf_counter()
     for _ in range(steps):
@@ -82,12 +97,12 @@ def turns(args: argparse.Namespace) -> dict[str, Callable[[int], float]]:
     if args.against == "torch.compile":
         compiled = trainer_for(args.task, args.attention, traced=False, batch=args.batch)
         baseline = lambda steps: milliseconds_a_step(compiled, steps)  # noqa: E731
-    elif args.against == "python-wrapper":
-        wrapped = trainer_for(args.task, args.attention, traced=True, batch=args.batch)
+    elif args.against in COMPILED_UNDER:
+        other = trainer_for(args.task, args.attention, traced=True, batch=args.batch)
 
         def baseline(steps: int) -> float:
-            with python_wrapper():  # its graph is compiled in the first turn
-                return milliseconds_a_step(wrapped, steps)
+            with COMPILED_UNDER[args.against]():  # its graph is compiled in the first turn
+                return milliseconds_a_step(other, steps)
     else:
 
         def baseline(steps: int) -> float:
