@@ -26,9 +26,9 @@ numbers at any count (its other work, oneDNN's matmuls and the fused kernels, sp
 sums in fixed slices), and one compile serves them all: a new run's thread check compiled
 it again at one thread after its calibration had at two, and a resume compiled kernels for
 the count it started on. Written for two threads, the kernels computed the same bits at
-fuzzy logic's and SRAVEN's reference sizes, and the step was no faster in alternating
-turns (T = 16: 13.45 against 13.99 ms for softmax, 18.49 against 17.87 for linear,
-medians of 10 turns on a 2-core Zen 4, within the machine's noise).
+fuzzy logic's and SRAVEN's reference sizes, and the step was no faster with them (T = 16
+on a 2-core Zen 4: 0.987x for softmax and 1.025x for linear, within the machine's noise;
+``benchmarks/speed/traced_step.py --against two-thread-kernels``).
 
 It calls the operators the compiled objective's forward and backward call, to float32
 rounding the same gradients (``tests/training/test_traced_step.py``). Its random numbers
