@@ -54,6 +54,8 @@ def test_a_second_writer_is_refused_and_a_dead_writers_lock_is_taken_over(tmp_pa
         while not list_checkpoints(run / "checkpoints") and time.time() < deadline:
             time.sleep(0.05)
         assert first.poll() is None, first.stderr.read()
+        # stopped, the writer holds its lock without taking a CPU from the two refused
+        first.send_signal(signal.SIGSTOP)
         for argv in (["train", "--resume", str(run), "--quiet"], train_flags(run)):
             second = run_cli(*argv)
             assert second.wait(timeout=120) == 2
