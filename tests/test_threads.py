@@ -96,9 +96,11 @@ def test_a_runs_thread_count_ignores_the_load(monkeypatch: pytest.MonkeyPatch) -
 
 
 def train_command(run: Path) -> list[str]:
-    # batch 32 x 16 positions x width 128 = SMALL_WORK: a run that takes every CPU
+    # batch 128 x 16 positions x width 128 = 4 x SMALL_WORK: a run that takes every CPU.
+    # The model and batch of the fused-compile case of the test below: one inductor graph
+    # for both (a cold compile costs about 25 s on 2 cores).
     return [sys.executable, "-m", "latentlens", "train", "--task", "fuzzy-logic",
-            "--attention", "hyla", "--batch-size", "32", "--steps", "10", "--eval-every", "5",
+            "--attention", "softmax", "--steps", "10", "--eval-every", "5",
             "--eval-examples", "64", "--tracking-examples", "256", "--device", "cpu", "--quiet",
             "--seed", "5",
             "--run-dir", str(run)]  # fmt: skip
