@@ -190,8 +190,9 @@ def test_a_gradient_takes_its_parameters_strides() -> None:
 def test_a_resumed_traced_run_continues_as_an_uninterrupted_one(tmp_path: Path) -> None:
     """Dropout on: the graph draws inductor's random numbers from the global generator,
     which a checkpoint holds, and tracing draws none; so a run resumed at step 10 ends with
-    the weights of one trained straight through, bit for bit."""
-    config = tiny_config(steps=20)
+    the weights of one trained straight through, bit for bit. HYLA's model, as the C++
+    wrapper's test above: its graph, compiled there, is inductor's cache hit here."""
+    config = tiny_config(steps=20, attention="hyla")
     options = dict(device="cpu", quiet=True, fused=True, compile=True)
     whole = Trainer.create(tmp_path / "whole", config, **options)
     whole.train()
