@@ -11,6 +11,7 @@ import shutil
 import sys
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -132,11 +133,18 @@ def test_only_replaces_its_own_sections(reproduce) -> None:
     assert updated == "# Results\n\nheader\n\n## A\n\nold a\n\n## B\n\nnew b\n\n## C\n\nnew c\n"
 
 
-@pytest.mark.usefixtures("one_ray_instance")
-def test_a_second_call_reuses_the_runs(tiny, reproduce, tmp_path: Path) -> None:
+def test_a_second_call_reuses_the_runs(tiny, reproduce, tmp_path: Path, monkeypatch) -> None:
+    from reproduction import runs as runs_module
+
     runs, _, text = tiny
     before = (runs / "timings.json").read_text()
     again = tmp_path / "again.md"
+
+    def no_workers(*args, **kwargs):
+        raise AssertionError("Ray was started for runs that were all finished and probed")
+
+    # finished runs are read where they lie: no Ray instance, no worker's imports
+    monkeypatch.setattr(runs_module, "ray_map", no_workers)
     # one experiment: the reuse is the same for each, and each one's analysis costs seconds
     args = ["--size", "tiny", "--seeds", "1", "--device", "cpu", "--jobs", "2", "--only", "sraven"]
     reproduce.main([*args, "--out", str(runs), "--results", str(again)])
@@ -319,7 +327,7 @@ def test_a_run_resumes_with_the_thread_count_it_started_with(reproduce, tmp_path
 
 
 def test_gpu_sections_trains_every_group_at_once_and_names_the_machine(
-    reproduce, tmp_path: Path
+    reproduce, tmp_path: Path, monkeypatch
 ) -> None:
     script = BENCHMARKS / "gpu" / "gpu_sections.py"
     spec = importlib.util.spec_from_file_location("gpu_sections", script)
@@ -328,7 +336,13 @@ def test_gpu_sections_trains_every_group_at_once_and_names_the_machine(
     out = tmp_path / "runs"
     args = ["--out", str(out), "--size", "tiny", "--seeds", "2", "--device", "cpu",
             "--threads", "1", "fuzzy-logic-a1"]  # fmt: skip
-    assert gpu_sections.main([*args, "--time-budget", "1"]) == 3  # too little: none started
+
+    def no_workers(method: str):
+        raise AssertionError("worker processes were started with too little time to train")
+
+    with monkeypatch.context() as patched:  # too little time: none started, none spawned
+        patched.setattr(gpu_sections, "multiprocessing", SimpleNamespace(get_context=no_workers))
+        assert gpu_sections.main([*args, "--time-budget", "1"]) == 3
     assert gpu_sections.main([*args, "--time-budget", "600"]) == 0
     timings = json.loads((out / "timings.json").read_text())
     assert sorted(timings) == [f"fuzzy-logic-a1/{v}-s{s}" for v in ("hyla", "linear", "softmax")

@@ -30,6 +30,8 @@ from reproduction.runs import (  # noqa: E402
     Runtime,
     code_commit,
     finished,
+    has_work,
+    in_order,
     train_unit,
     units_of,
 )
@@ -87,8 +89,13 @@ def main(argv: list[str] | None = None) -> int:
         runtime = Runtime(args.device, args.threads, deadline)
         (args.out / name).mkdir(parents=True, exist_ok=True)
         (args.out / name / TRAINED_ON).write_text(trained_on(args.device) + "\n")
-        with multiprocessing.get_context("spawn").Pool(len(units)) as pool:
-            results = pool.starmap(train_unit, [(unit, runtime) for unit in units])
+        # units with nothing to do (finished, or too little time left) are decided here
+        busy = [unit for unit in units if has_work(unit, runtime)]
+        done = iter(())
+        if busy:
+            with multiprocessing.get_context("spawn").Pool(len(busy)) as pool:
+                done = iter(pool.starmap(train_unit, [(unit, runtime) for unit in busy]))
+        results = list(in_order(units, busy, done, runtime))
         record_timings(args.out, units, results)
         if not all(finished(spec) for spec in specs):
             print(f"{name}: unfinished; the same command continues it", flush=True)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -176,6 +176,16 @@ def train_unit(specs: list[RunSpec], runtime: Runtime) -> list[tuple[str, float 
     return [(FOUND, None) if found else (TRAINED, share)] * len(specs)
 
 
+def has_work(specs: list[RunSpec], runtime: Runtime) -> bool:
+    """Whether :func:`train_unit` of ``specs`` would train or probe: a run unfinished or
+    unprobed, with at least :data:`MINIMUM_SLICE` seconds left. Otherwise it only reads
+    their run directories, which is no reason to start a worker process (its imports
+    alone take seconds), a Ray instance or a CUDA context."""
+    if all(finished(s) and (not s.probe_examples or _probed(s)) for s in specs):
+        return False
+    return runtime.deadline is None or runtime.deadline - time.time() >= MINIMUM_SLICE
+
+
 def units_of(specs: Sequence[RunSpec]) -> list[list[RunSpec]]:
     """The specs as training units, in order: each seed group together, other runs alone."""
     units: dict[str, list[RunSpec]] = {}
@@ -215,16 +225,31 @@ def train_all(
     first = [spec for spec in unique if spec.path in bases]
     for wave in (first, [spec for spec in unique if spec.path not in bases]):
         units = units_of(wave)
-        if jobs == 1 or len(units) < 2:
+        busy = [unit for unit in units if has_work(unit, runtime)]
+        if jobs == 1 or len(busy) < 2:
             results = (train_unit(unit, runtime) for unit in units)
         else:  # Ray's workers and resource accounting, as `latentlens sweep` uses them
             here = str(Path(__file__).resolve().parents[1])  # benchmarks/: this package
-            calls = [(unit, runtime) for unit in units]
-            results = ray_map(train_unit, calls, jobs, runtime.device, python_path=[here])
+            calls = [(unit, runtime) for unit in busy]
+            done = ray_map(train_unit, calls, jobs, runtime.device, python_path=[here])
+            results = in_order(units, busy, done, runtime)
         for unit, fates in zip(units, results, strict=True):
             names = [str(spec.path.relative_to(out)) for spec in unit]
             record(timings, timings_file, names, fates)
     return timings
+
+
+def in_order(
+    units: list[list[RunSpec]], busy: list[list[RunSpec]], done: Iterator, runtime: Runtime
+) -> Iterator[list[tuple[str, float | None]]]:
+    """Each unit's fates in the order of ``units``: those of ``busy`` from ``done`` (the
+    workers' results, in the order of ``busy``), the others from :func:`train_unit` here.
+    ``done`` is run to its end after the last, so that its Ray instance stops then."""
+    working = {id(unit) for unit in busy}
+    for unit in units:
+        yield next(done) if id(unit) in working else train_unit(unit, runtime)
+    for _ in done:
+        pass
 
 
 def recorded_seconds(out: Path) -> dict[str, float]:
