@@ -118,3 +118,41 @@ def test_the_loop_phases_time_the_same_step_both_ways(monkeypatch) -> None:
     parts = {"learning rate", "gradients to None", "draw", "forward (compiled)", "backward",
              "optimizer step", "loss bookkeeping"}  # fmt: skip
     assert set(ours.seconds) == set(reference.seconds) == parts
+
+
+def test_the_suite_profile_counts_each_stack_for_its_innermost_process(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
+    """suite_cpu.py reads py-spy's raw profile: each stack's samples go to the kind of the
+    last process in its chain, imports and compiling apart; a command line holding a
+    newline (``python -c`` with a script) continues its record on the next line."""
+    script = BENCHMARKS / "speed" / "suite_cpu.py"
+    spec = importlib.util.spec_from_file_location("benchmark_suite_cpu", script)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, module)
+    spec.loader.exec_module(module)
+    root = 'process 1:"python -m pytest"'
+    worker = f'{root};process 2:"python -u -c import sys;exec(eval(sys.stdin.readline()))"'
+    load = "_find_and_load (<frozen importlib._bootstrap>:1165)"
+    lines = [
+        f"{worker};test_a (tests/test_a.py:3);{load};<module> (torch/__init__.py:1) 40",
+        f"{worker};test_b (tests/test_b.py:9);compile_fx (torch/_inductor/compile_fx.py:9) 60",
+        f"{worker};test_b (tests/test_b.py:9);forward (latentlens/models/attention.py:1) 100",
+        f'{worker};process 3:"python -m latentlens --threads 1 train --steps 8";{load} 20',
+        f'{worker};process 4:"python -c import x\nprint(x)";<module> (<string>:2) 10',
+        f'{worker};process 5:"python -B -c from multiprocessing.spawn import spawn_main" 6',
+    ]
+    profile = tmp_path / "suite.txt"
+    profile.write_text("\n".join(lines) + "\n")
+    assert module.main([str(profile), "--rate", "2"]) == 0
+    rows = {line.split(" | ")[0].strip("| "): line.split(" | ")[1:]
+            for line in capsys.readouterr().out.splitlines() if line.startswith("| ")}  # fmt: skip
+    # kind: count, seconds (samples / 2 Hz), of which imports, of which compiling
+    assert rows["xdist workers (in-process tests)"] == ["1", "100", "20", "30 |"]
+    assert rows["`latentlens train` commands"] == ["1", "10", "10", " |"]
+    assert rows["pytest and the rest"] == ["1", "5", "0", " |"]
+    assert rows["spawned workers"] == ["1", "3", "0", " |"]
+    with pytest.raises(SystemExit):
+        module.main([str(tmp_path / "missing.txt")])
+    assert "is not a file" in capsys.readouterr().err
