@@ -23,6 +23,18 @@ def is_script(path: Path) -> bool:
     return path.suffix == ".sh" or 'if __name__ == "__main__":' in path.read_text()
 
 
+def load_script(script: Path, monkeypatch: pytest.MonkeyPatch):
+    """``script`` imported as a module (its ``main`` not run), registered first as an
+    import registers a module: a dataclass looks its module up in sys.modules (parity.py's
+    failed alone, and passed only where another test had imported it)."""
+    spec = importlib.util.spec_from_file_location(f"benchmark_{script.stem}", script)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, module)
+    spec.loader.exec_module(module)  # runs the imports, not main(): __name__ is not __main__
+    return module
+
+
 def test_the_benchmarks_are_found_in_their_rooms() -> None:
     assert {"speed", "gpu", "reproduction", "parity", "codes"} <= {room.name for room in ROOMS}
     assert {"speed/train_throughput", "speed/step_kernels", "reproduction/reproduce"} <= {
@@ -38,13 +50,7 @@ def test_no_script_is_left_outside_a_room() -> None:
 @pytest.mark.parametrize("script", MODULES, ids=lambda path: f"{path.parent.name}/{path.stem}")
 def test_benchmark_script_imports(script: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.syspath_prepend(str(script.parent))  # as `python benchmarks/ROOM/X.py` has it
-    spec = importlib.util.spec_from_file_location(f"benchmark_{script.stem}", script)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    # registered first, as an import does: a dataclass looks its module up in sys.modules
-    # (parity.py's failed alone, and passed only where another test had imported it)
-    monkeypatch.setitem(sys.modules, spec.name, module)
-    spec.loader.exec_module(module)  # runs the imports, not main(): __name__ is not __main__
+    module = load_script(script, monkeypatch)
     if is_script(script):
         assert callable(getattr(module, "main", None)), f"{script.name} has no main()"
 
@@ -67,11 +73,7 @@ def test_the_loop_profile_finds_every_part_of_the_loop(tmp_path: Path, monkeypat
     file, it once kept looking for the step in a module a split had moved it out of."""
     script = BENCHMARKS / "speed" / "loop_profile.py"
     monkeypatch.syspath_prepend(str(script.parent))
-    spec = importlib.util.spec_from_file_location("benchmark_loop_profile", script)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, spec.name, module)
-    spec.loader.exec_module(module)
+    module = load_script(script, monkeypatch)
     out = tmp_path / "profile.json"
     flags = ["--d-model", "16", "--eval-every", "10", "--eval-examples", "64"]
     assert module.main(["--steps", "20", "--out", str(out), "--", *flags]) == 0
@@ -96,11 +98,7 @@ def test_the_loop_phases_time_the_same_step_both_ways(monkeypatch) -> None:
     from latentlens.training import TrainConfig, Trainer, model_for_task
 
     script = BENCHMARKS / "speed" / "loop_phases.py"
-    spec = importlib.util.spec_from_file_location("benchmark_loop_phases", script)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, spec.name, module)
-    spec.loader.exec_module(module)
+    module = load_script(script, monkeypatch)
     model = model_for_task("fuzzy-logic", d_model=16, n_heads=2, qk_dim=4, v_dim=4, d_mlp=32)
     config = Trainer.resolve_config(
         "fuzzy-logic", model, TrainConfig.for_task("fuzzy-logic", batch_size=16)
@@ -127,11 +125,7 @@ def test_the_suite_profile_counts_each_stack_for_its_innermost_process(
     last process in its chain, imports and compiling apart; a command line holding a
     newline (``python -c`` with a script) continues its record on the next line."""
     script = BENCHMARKS / "speed" / "suite_cpu.py"
-    spec = importlib.util.spec_from_file_location("benchmark_suite_cpu", script)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, spec.name, module)
-    spec.loader.exec_module(module)
+    module = load_script(script, monkeypatch)
     root = 'process 1:"python -m pytest"'
     worker = f'{root};process 2:"python -u -c import sys;exec(eval(sys.stdin.readline()))"'
     load = "_find_and_load (<frozen importlib._bootstrap>:1165)"
