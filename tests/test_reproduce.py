@@ -153,6 +153,43 @@ def test_a_second_call_reuses_the_runs(tiny, reproduce, tmp_path: Path, monkeypa
     assert tables(again.read_text()) == tables(section) != []
 
 
+def test_only_units_with_work_go_to_workers_and_the_rest_keep_their_order(
+    reproduce, tmp_path: Path, monkeypatch
+) -> None:
+    """A unit has work while a run of it is unfinished or unprobed and the deadline leaves a
+    slice; the others are decided in the calling process, and the results keep the units'
+    order, the workers' generator run to its end (where Ray's instance stops)."""
+    import time
+
+    from reproduction import runs
+
+    def spec(name: str, probe: int = 0) -> runs.RunSpec:
+        return runs.RunSpec(tmp_path / name, {"train": {"steps": 10}}, probe_examples=probe)
+
+    done = {"finished", "probed"}  # run directories: trained, and trained and probed
+    monkeypatch.setattr(runs, "finished", lambda s: s.path.name in done)
+    monkeypatch.setattr(runs, "_probed", lambda s: s.path.name == "probed")
+    now = runs.Runtime("cpu", 1)
+    assert not runs.has_work([spec("finished"), spec("probed", probe=8)], now)
+    assert runs.has_work([spec("finished", probe=8)], now)  # trained, not yet probed
+    assert runs.has_work([spec("finished"), spec("new")], now)
+    late = runs.Runtime("cpu", 1, deadline=time.time() + runs.MINIMUM_SLICE / 2)
+    assert not runs.has_work([spec("new")], late)
+
+    units = [[spec("a")], [spec("b")], [spec("c")], [spec("d")]]
+    ended = []
+
+    def workers():  # the workers' results for units b and d, in that order
+        yield "from a worker: b"
+        yield "from a worker: d"
+        ended.append(True)
+
+    monkeypatch.setattr(runs, "train_unit", lambda unit, runtime: f"here: {unit[0].path.name}")
+    results = list(runs.in_order(units, [units[1], units[3]], workers(), now))
+    assert results == ["here: a", "from a worker: b", "here: c", "from a worker: d"]
+    assert ended == [True]
+
+
 @pytest.mark.usefixtures("one_ray_instance")  # --jobs 2: Ray workers
 def test_worker_processes_train_what_one_process_would(reproduce, tmp_path: Path) -> None:
     from reproduction import fuzzy_logic_section
