@@ -37,6 +37,7 @@ class Checkpointing:
         """Write the checkpoint of this step, after an evaluation (logged, with the
         callbacks' ``on_eval``) or without one (a stop for the time budget, which leaves
         the logs as an uninterrupted run's)."""
+        self.require_training("checkpoint")
         own = {"torch": torch.get_rng_state()}
         if self.device.type == "cuda":
             own["cuda"] = torch.cuda.get_rng_state(self.device)
@@ -85,6 +86,7 @@ class Checkpointing:
 
     def restore(self, checkpoint: Any) -> None:
         """The checkpoint's weights, optimiser and RNG states: training continues from it."""
+        self.require_training("restore an optimiser state")
         self.restore_weights(checkpoint)
         self.seconds_before = checkpoint.train_seconds
         # the optimiser's settings come from the config (a resume may change weight decay;

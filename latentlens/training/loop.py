@@ -28,6 +28,17 @@ class TrainingLoop:
     attributes it reads: model, objective or its traced step, optimiser, task, data
     generator, step)."""
 
+    def require_training(self, doing: str) -> None:
+        """Refuse, in one line, to ``doing`` with a trainer built for analysis alone
+        (``trains=False``, :meth:`~latentlens.training.Trainer.load`): it has no optimiser."""
+        if self.optimizer is None:
+            run = self.run_dir.path if self.run_dir is not None else "RUN_DIR"
+            raise RuntimeError(
+                f"this Trainer was loaded for analysis (Trainer.load) and has no optimiser, so "
+                f"it cannot {doing}; continue the run with Trainer.resume('{run}') or "
+                f"`latentlens train --resume {run}`"
+            )
+
     def precision_scope(self) -> contextlib.AbstractContextManager:
         """The run's arithmetic (:func:`precision_scope`) for the code run inside it."""
         return precision_scope(self.train_cfg.precision, self.device, self.graphed is not None)
@@ -61,6 +72,7 @@ class TrainingLoop:
     def train(self) -> list[dict[str, Any]]:
         """Run to ``train.steps``; returns the last evaluation's records. The run
         directory's lock is released when it returns or fails."""
+        self.require_training("train")
         try:
             return self._train()
         finally:

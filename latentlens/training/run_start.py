@@ -140,11 +140,13 @@ class RunStart:
         cls, run_dir: str | Path, checkpoint: int | None = None, device: str = "auto"
     ) -> Trainer:
         """A trained run for analysis: its model, task and config at the checkpoint of
-        step ``checkpoint`` (default: the newest); nothing on disk changes."""
+        step ``checkpoint`` (default: the newest); nothing on disk changes. The trainer
+        cannot train (``trains=False``: no optimiser, no compiled step); continue a run
+        with :meth:`resume`."""
         directory = RunDirectory(run_dir)
         config = directory.read_config()
         _, path = select_checkpoint(directory.checkpoints, checkpoint)
-        trainer = cls(directory, config, device=device, quiet=True)
+        trainer = cls(directory, config, device=device, quiet=True, trains=False)
         # weights alone: the optimiser and RNG states serve training, and a data generator's
         # state is the device's own (a CUDA run's is read on a CPU too)
         trainer.restore_weights(load_checkpoint(path))

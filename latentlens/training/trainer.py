@@ -108,6 +108,12 @@ class Trainer(RunStart, TrainingLoop, Checkpointing, Evaluation):
     ``--cuda-graphs``): the batch is made on the device, shapes are static, the learning
     rate is a device tensor updated in place, AdamW is fused, and nothing reads a value
     back to the host inside the step.
+
+    ``trains=False`` builds a trainer for analysis alone (:meth:`load`): the model, task,
+    evaluation and callbacks, but no optimiser and no compiled or graphed step. Building
+    AdamW imports ``torch._dynamo`` (about 2 s a process), which a probe never needs;
+    training, checkpointing or restoring such a trainer is an error naming
+    :meth:`resume`.
     """
 
     def __init__(
@@ -121,6 +127,7 @@ class Trainer(RunStart, TrainingLoop, Checkpointing, Evaluation):
         callbacks: Sequence[Callback] = (),
         time_budget: float | None = None,
         fused: bool = False,
+        trains: bool = True,
     ) -> None:
         self.run_dir = run_dir
         self.config = config
@@ -154,13 +161,19 @@ class Trainer(RunStart, TrainingLoop, Checkpointing, Evaluation):
         self.callbacks = callbacks if self.dist.is_main else []
         self.data_generator = self.task.make_generator(seed)
         self.lr = torch.tensor(self.train_cfg.lr, device=self.device)
-        self.optimizer = torch.optim.AdamW(
-            weight_decay_groups(self.model, self.train_cfg.weight_decay),
-            lr=self.lr,
-            betas=(0.9, 0.999),
-            eps=1e-8,
-            fused=True,
-            capturable=cuda_graphs,
+        self.trains = trains
+        compile, cuda_graphs = compile and trains, cuda_graphs and trains  # the step's alone
+        self.optimizer: torch.optim.AdamW | None = (
+            torch.optim.AdamW(
+                weight_decay_groups(self.model, self.train_cfg.weight_decay),
+                lr=self.lr,
+                betas=(0.9, 0.999),
+                eps=1e-8,
+                fused=True,
+                capturable=cuda_graphs,
+            )
+            if trains
+            else None
         )
         check_cuda_options(
             self.device,
@@ -172,10 +185,11 @@ class Trainer(RunStart, TrainingLoop, Checkpointing, Evaluation):
         if self.train_cfg.precision == "bf16" and self.device.type == "cpu":
             warn_if_bf16_is_emulated()
         # AdamW's step: one kernel call for every tensor under --fused
-        self.optimizer_step = self.optimizer.step
+        self.optimizer_step = None if self.optimizer is None else self.optimizer.step
         if fused:
             use_fused_kernels_on_cpu(self.model, self.device)
-            self.optimizer_step = FusedAdamWStep(self.optimizer)
+            if self.optimizer is not None:
+                self.optimizer_step = FusedAdamWStep(self.optimizer)
         # Hooks added after compilation are ignored: compile only the hook-free train path
         # (the objective wraps the model; the model itself stays eager for analyses).
         objective: torch.nn.Module = TrainingObjective(self.model, self.task)

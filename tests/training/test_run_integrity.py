@@ -301,7 +301,7 @@ def test_damaged_tracking_files_and_rng_states_are_named(tmp_path, capsys) -> No
     tracked.write_bytes(b"\x00" * 40)
     code, err = cli(["train", "--resume", str(run), "--quiet"], capsys)
     assert code == 2 and f"{tracked} is damaged" in err and "delete it" in err
-    trainer = Trainer.load(run)
+    trainer = Trainer(RunDirectory(run), RunDirectory(run).read_config(), quiet=True)
     state = load_checkpoint(list_checkpoints(run / "checkpoints")[-1][1])
     state.rng["data"] = torch.zeros(3, dtype=torch.uint8)
     with pytest.raises(CheckpointError, match="holds an RNG state that does not fit"):

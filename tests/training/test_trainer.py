@@ -414,6 +414,33 @@ def test_recorder_names_the_axes_of_a_custom_reduction(tmp_path: Path) -> None:
         trainer.train()
 
 
+def test_a_loaded_run_builds_no_optimiser_and_refuses_to_train(tmp_path: Path) -> None:
+    """Trainer.load is for analysis: no AdamW, whose construction imports torch._dynamo
+    (about 2 s of a probe's start), and a one-line error, naming the resume, where it is
+    asked to train, checkpoint or restore an optimiser state."""
+    run = tmp_path / "run"
+    Trainer.create(run, tiny_config(steps=4), quiet=True).train()
+    probe = (
+        "import sys\n"
+        "from latentlens.training import Trainer\n"
+        f"trainer = Trainer.load({str(run)!r}, device='cpu')\n"
+        "assert trainer.evaluate('test')['loss'] > 0\n"
+        "print('torch._dynamo' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.strip() == "False", done.stderr[-2000:]
+    loaded = Trainer.load(run)
+    assert loaded.optimizer is None and loaded.objective is not None and loaded.step == 4
+    resume = f"continue the run with Trainer.resume('{run}') or `latentlens train --resume {run}`"
+    newest = load_checkpoint(list_checkpoints(run / "checkpoints")[-1][1])
+    refusals = (loaded.train, lambda: loaded.checkpoint(evaluate=False),
+                lambda: loaded.restore(newest))  # fmt: skip
+    for refused in refusals:
+        with pytest.raises(RuntimeError, match="loaded for analysis") as err:
+            refused()
+        assert resume in str(err.value) and "\n" not in str(err.value)
+
+
 def test_train_track_records_the_mean_of_the_hooks_it_names(tmp_path: Path) -> None:
     """``train.track`` patterns expand to the model's hooks, each recorded on a fixed batch
     of the first split: the last record is the mean pattern of the final model on it."""
