@@ -111,12 +111,10 @@ def with_threads(spec: RunSpec, runtime: Runtime) -> RunSpec:
 def train_one(spec: RunSpec, runtime: Runtime) -> tuple[str, float | None]:
     """Train (and probe) ``spec`` within the time budget: its fate and the seconds it took."""
     spec = with_threads(spec, runtime)
+    if fate := idle_fate([spec], runtime):
+        return fate, None
     found = finished(spec)  # trained before (by this script or a sweep): only probed here
-    if found and (not spec.probe_examples or _probed(spec)):
-        return FOUND, None
     budget = None if runtime.deadline is None else runtime.deadline - time.time()
-    if budget is not None and budget < MINIMUM_SLICE:
-        return UNFINISHED, None
     torch.set_num_threads(runtime.threads)
     start = time.perf_counter()
     cuda = resolve_device(runtime.device).type == "cuda"
@@ -146,12 +144,10 @@ def train_unit(specs: list[RunSpec], runtime: Runtime) -> list[tuple[str, float 
     if len(specs) == 1:
         return [train_one(specs[0], runtime)]
     specs = [with_threads(spec, runtime) for spec in specs]
+    if fate := idle_fate(specs, runtime):
+        return [(fate, None)] * len(specs)
     found = all(finished(s) for s in specs)  # trained before: only probed here
-    if found and all(not s.probe_examples or _probed(s) for s in specs):
-        return [(FOUND, None)] * len(specs)
     budget = None if runtime.deadline is None else runtime.deadline - time.time()
-    if budget is not None and budget < MINIMUM_SLICE:
-        return [(UNFINISHED, None)] * len(specs)
     torch.set_num_threads(runtime.threads)
     start = time.perf_counter()
     cuda = resolve_device(runtime.device).type == "cuda"
@@ -176,14 +172,22 @@ def train_unit(specs: list[RunSpec], runtime: Runtime) -> list[tuple[str, float 
     return [(FOUND, None) if found else (TRAINED, share)] * len(specs)
 
 
-def has_work(specs: list[RunSpec], runtime: Runtime) -> bool:
-    """Whether :func:`train_unit` of ``specs`` would train or probe: a run unfinished or
-    unprobed, with at least :data:`MINIMUM_SLICE` seconds left. Otherwise it only reads
-    their run directories, which is no reason to start a worker process (its imports
-    alone take seconds), a Ray instance or a CUDA context."""
+def idle_fate(specs: list[RunSpec], runtime: Runtime) -> str | None:
+    """The fate of runs ``specs`` that need nothing done now: :data:`FOUND` when each is
+    finished (and probed, if it is to be), :data:`UNFINISHED` when less than
+    :data:`MINIMUM_SLICE` seconds are left; None when they are to be trained or probed."""
     if all(finished(s) and (not s.probe_examples or _probed(s)) for s in specs):
-        return False
-    return runtime.deadline is None or runtime.deadline - time.time() >= MINIMUM_SLICE
+        return FOUND
+    if runtime.deadline is not None and runtime.deadline - time.time() < MINIMUM_SLICE:
+        return UNFINISHED
+    return None
+
+
+def has_work(specs: list[RunSpec], runtime: Runtime) -> bool:
+    """Whether :func:`train_unit` of ``specs`` would train or probe (:func:`idle_fate` is
+    None). Otherwise it only reads their run directories, which is no reason to start a
+    worker process (its imports alone take seconds), a Ray instance or a CUDA context."""
+    return idle_fate(specs, runtime) is None
 
 
 def units_of(specs: Sequence[RunSpec]) -> list[list[RunSpec]]:

@@ -161,7 +161,6 @@ class Trainer(RunStart, TrainingLoop, Checkpointing, Evaluation):
         self.callbacks = callbacks if self.dist.is_main else []
         self.data_generator = self.task.make_generator(seed)
         self.lr = torch.tensor(self.train_cfg.lr, device=self.device)
-        self.trains = trains
         compile, cuda_graphs = compile and trains, cuda_graphs and trains  # the step's alone
         self.optimizer: torch.optim.AdamW | None = (
             torch.optim.AdamW(
