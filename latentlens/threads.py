@@ -8,8 +8,8 @@ neighbours' work, and a run can slow down tens of times. latentlens chooses inst
 2. else the CPUs this process may run on (its affinity, not the machine's count), less
    those the rest of the machine keeps busy (:func:`busy_elsewhere`), at least one;
 3. capped at one thread for work too small to split (``work`` under
-   :data:`SMALL_WORK` multiply-adds per row of activations, e.g. the tiny test models),
-   where handing rows to other threads costs more than it saves.
+   :data:`SMALL_WORK` elements in the step's widest activation, e.g. the tiny test
+   models), where handing rows to other threads costs more than it saves.
 
 Several runs on one machine (``reproduce --jobs``, sweeps) are given one thread each.
 
@@ -31,8 +31,8 @@ import os
 import time
 
 ENVIRONMENT = "LATENTLENS_THREADS"
-# Below this many elements in one layer's activations (batch x positions x width), a
-# second thread does not pay: the tiny test models (32 x 16 x 16) run faster on one.
+# Below this many elements in a step's widest activation (:func:`work_of`), a second
+# thread does not pay: the tiny test models (32 x 16 x 16) run faster on one.
 SMALL_WORK = 64 * 1024
 # More threads than this is a typo, not a machine: OpenMP crashes on 100,000.
 MAX_THREADS = 1024
@@ -139,11 +139,15 @@ def compute_with_threads(threads: int | None) -> None:
 
 
 def work_of(config: dict) -> int | None:
-    """Elements of one layer's activations in a training step of a resolved run
-    ``config`` (batch x positions x width), for :func:`choose_threads`; None if unknown."""
+    """Elements of the widest activation of a training step of a resolved run ``config``,
+    for :func:`choose_threads`: a layer's (batch x positions x width) or, where wider, the
+    outputs' (batch x output positions x outputs: an encoder-decoder's logits over its
+    vocabulary at every target position); None if unknown."""
     model, train = config.get("model", {}), config.get("train", {})
     positions = model.get("n_ctx") or model.get("n_ctx_source")
     width, batch = model.get("d_model"), train.get("batch_size")
     if not all(isinstance(v, int) for v in (positions, width, batch)):
         return None
-    return batch * positions * width
+    outputs = model.get("d_output") or model.get("vocab_size") or 0
+    output_positions = model.get("n_ctx_target") or positions
+    return batch * max(positions * width, output_positions * outputs)
