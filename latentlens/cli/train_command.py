@@ -167,18 +167,15 @@ def settle_path(args: argparse.Namespace, config: dict[str, Any], runtime: dict)
     """A new run's path in ``config`` and ``runtime``: the flags', else the config file's
     recorded one, else ``$LATENTLENS_PATH``, else the fastest measured here
     (:func:`choose_run_path`); said on stderr when it was measured."""
-    from latentlens.training.fast_path import REQUESTED, options_of, path_of
-    from latentlens.training.trainer import choose_run_path
+    from latentlens.training.fast_path import options_of, path_of
+    from latentlens.training.trainer import announced_run_path
 
     train = config["train"]
     if args.eager or args.compile or args.fused or args.cuda_graphs:
         train["path"] = path_of(args.compile, args.fused, args.cuda_graphs)
     elif train.get("path") is None:
-        choice = choose_run_path(config, args.device)
-        train["path"] = choice.path
-        if choice.calibration is not None or not (args.quiet or choice.reason == REQUESTED):
-            print(f"path: {choice.path} ({choice.reason}; --eager, --compile or --fused "
-                  "choose one)", file=sys.stderr)  # fmt: skip
+        choosing = "--eager, --compile or --fused choose one"
+        train["path"] = announced_run_path(config, args.device, args.quiet, choosing)
     runtime.update(options_of(train["path"]))
 
 

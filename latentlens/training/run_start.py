@@ -40,6 +40,7 @@ class RunStart:
         config: dict[str, Any],
         init_from: str | Path | None = None,
         record_path: bool = True,
+        path: str | None = None,
         **kwargs: Any,
     ) -> Trainer:
         """Start a new run in ``run_dir``; refuses a directory that already holds a run.
@@ -47,7 +48,22 @@ class RunStart:
         may add a layer connection), recorded in ``config.json`` as ``init_from``.
         ``record_path``: record the step's path (``compile``, ``fused``, ``cuda_graphs``)
         in the config, kept on resume (not for a seed group's members, whose group
-        computes the step)."""
+        computes the step). ``path``: the step's path by name (``"eager"``,
+        ``"fused-compile"``, ...; ``latentlens.training.fast_path.PATHS``) or ``"auto"``,
+        the fastest here as ``latentlens train`` chooses it (timed for runs of 1,000 steps
+        or more, cached per machine and model shape; ``$LATENTLENS_PATH`` names one);
+        None: the ``compile``, ``fused`` and ``cuda_graphs`` flags, eager by default."""
+        if path is not None:
+            # the trainer's module imports this one: its functions are reached at call time
+            from latentlens.training.trainer import config_with_path  # noqa: PLC0415
+
+            flags = [flag for flag in ("compile", "fused", "cuda_graphs") if kwargs.get(flag)]
+            if flags:
+                raise ValueError(
+                    f"path={path!r} and {flags[0]}=True both choose the step's path; give one"
+                )
+            device, quiet = kwargs.get("device", "auto"), kwargs.get("quiet", False)
+            config = config_with_path(config, path, device, quiet)
         directory = RunDirectory(run_dir)
         with writing(directory, remove_if_new=True) as lock:
             # a config, or another run's files whose config.json was lost

@@ -14,6 +14,7 @@ resume, load), :mod:`~.loop` (the step and the loop), :mod:`~.checkpointing` and
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -361,12 +362,14 @@ def train_or_resume(
     config: dict[str, Any],
     callbacks: Sequence[Callback] = (),
     init_from: str | Path | None = None,
+    path: str | None = None,
     **runtime: Any,
 ) -> Path:
     """Bring the run in ``run`` to ``config``'s last step: reuse it if finished, resume it
     if interrupted, start it if new (or killed before its first checkpoint; from the
-    weights of run ``init_from`` if given). A run whose stored training config differs
-    from ``config``'s is an error, never overwritten."""
+    weights of run ``init_from`` if given, its step's path ``path`` as
+    :meth:`Trainer.create` takes it; a resumed run keeps its own). A run whose stored
+    training config differs from ``config``'s is an error, never overwritten."""
     directory = RunDirectory(run)
     if directory.config_path.is_file():
         if not same_training(directory.read_config().get("train"), config["train"]):
@@ -375,7 +378,10 @@ def train_or_resume(
         if not found or found[-1][0] < config["train"]["steps"]:
             Trainer.resume(run, callbacks=callbacks, **runtime).train()  # or from step 0
         return directory.path
-    Trainer.create(run, config, init_from=init_from, callbacks=callbacks, **runtime).train()
+    trainer = Trainer.create(
+        run, config, init_from=init_from, callbacks=callbacks, path=path, **runtime
+    )
+    trainer.train()
     return directory.path
 
 
@@ -405,3 +411,33 @@ def choose_run_path(config: dict[str, Any], device: str = "auto") -> Choice:
         return Choice(requested, REQUESTED)
     resolved, paths, make_step, sync = path_timing(config, device)
     return choose_path(config, resolved, paths, make_step, sync)
+
+
+def announced_run_path(config: dict[str, Any], device: str, quiet: bool, choosing: str) -> str:
+    """:func:`choose_run_path`'s path, said on stderr with its reason where the paths were
+    timed (or, unless ``quiet``, where the environment did not name it); ``choosing``:
+    how the caller names a path instead (the CLI's flags, ``path=``)."""
+    choice = choose_run_path(config, device)
+    if choice.calibration is not None or not (quiet or choice.reason == REQUESTED):
+        print(f"path: {choice.path} ({choice.reason}; {choosing})", file=sys.stderr)
+    return choice.path
+
+
+def config_with_path(
+    config: dict[str, Any], path: str, device: str = "auto", quiet: bool = False
+) -> dict[str, Any]:
+    """``config`` with its step's path (``train.path``) settled: ``path``, or for
+    ``"auto"`` the fastest here, as ``latentlens train`` chooses it
+    (:func:`announced_run_path`); a path the config already records stays, and another
+    one is refused."""
+    recorded = config["train"].get("path")
+    if path == "auto":
+        choosing = 'path="eager" or another names one'
+        path = recorded or announced_run_path(config, device, quiet, choosing)
+    else:
+        options_of(path)  # a clear error naming the paths
+    if recorded not in (None, path):
+        raise ValueError(
+            f"the config's train.path is {recorded!r} but path={path!r}: give one of them"
+        )
+    return {**config, "train": {**config["train"], "path": path}}

@@ -346,3 +346,57 @@ def test_a_slowdown_that_begins_mid_round_does_not_rank_the_paths_after_it_last(
     for path, cost in costs.items():
         assert found.rates[path] == pytest.approx(1 / cost), path
     assert pick(found, 50_000, CPU).path == "fused-compile"
+
+
+def _python_config(steps: int) -> dict:
+    from latentlens.training import TrainConfig, Trainer, model_for_task
+
+    model = model_for_task("fuzzy-logic", attention="linear", d_model=16)
+    return Trainer.resolve_config("fuzzy-logic", model, TrainConfig.for_task(
+        "fuzzy-logic", steps=steps, eval_every=steps, eval_examples=64))  # fmt: skip
+
+
+@pytest.mark.skipif(cpp_compiler() is None, reason="the fused path needs a C compiler")
+def test_trainer_create_takes_the_commands_path_when_asked(tmp_path: Path, monkeypatch, capsys):
+    """``path="auto"`` in Python chooses as ``latentlens train`` does: a long run is timed
+    (here a cached calibration where fused is 3x eager), the choice said on stderr with
+    how to name one instead, and recorded; a run the environment names a path for takes
+    it quietly, through ``train_or_resume`` too; a path the config records stays; eager,
+    the Python default, without ``path``."""
+    from latentlens.training import Trainer, train_or_resume
+
+    monkeypatch.setenv("LATENTLENS_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv(fast_path.ENVIRONMENT)
+    monkeypatch.setattr(fast_path, "busy_elsewhere", lambda cpus: 0)
+    monkeypatch.setattr(fast_path, "calibrate", lambda paths, make, sync: Calibration(
+        {p: (3.0 if p == "fused" else 1.0) for p in paths}, {p: 0.0 for p in paths}))  # fmt: skip
+    long = _python_config(CALIBRATE_FROM)
+    trainer = Trainer.create(tmp_path / "auto", long, device="cpu", path="auto")
+    assert trainer.fused and not trainer.compiled and trainer.train_cfg.path == "fused"
+    assert json.loads((tmp_path / "auto" / "config.json").read_text())["train"]["path"] == "fused"
+    said = capsys.readouterr().err
+    assert "path: fused (steps/s eager 1, compile 1, fused 3" in said
+    assert 'path="eager" or another names one' in said
+    assert Trainer.create(tmp_path / "plain", long, device="cpu").train_cfg.path == "eager"
+    monkeypatch.setenv(fast_path.ENVIRONMENT, "fused")
+    short = _python_config(2)
+    train_or_resume(tmp_path / "named", short, device="cpu", quiet=True, path="auto")
+    assert json.loads((tmp_path / "named" / "config.json").read_text())["train"]["path"] == "fused"
+    assert capsys.readouterr().err == ""
+    recorded = {**short, "train": {**short["train"], "path": "eager"}}
+    kept = Trainer.create(tmp_path / "kept", recorded, device="cpu", path="auto")
+    assert kept.train_cfg.path == "eager"  # the environment names fused: the config wins
+
+
+def test_trainer_create_refuses_a_path_it_cannot_take(tmp_path: Path) -> None:
+    from latentlens.training import Trainer
+
+    config = _python_config(2)
+    with pytest.raises(ValueError, match="path='jit' is unknown; choose one of"):
+        Trainer.create(tmp_path / "a", config, device="cpu", path="jit")
+    with pytest.raises(ValueError, match="path='eager' and compile=True both choose"):
+        Trainer.create(tmp_path / "b", config, device="cpu", path="eager", compile=True)
+    recorded = {**config, "train": {**config["train"], "path": "fused"}}
+    with pytest.raises(ValueError, match="train.path is 'fused' but path='eager'"):
+        Trainer.create(tmp_path / "c", recorded, device="cpu", path="eager")
+    assert not any((tmp_path / name).exists() for name in "abc")  # refused before writing
