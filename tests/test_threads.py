@@ -75,8 +75,8 @@ def test_the_work_of_a_config() -> None:
     assert threads.work_of(seq2seq) == 64 * 40 * 64
     assert threads.work_of({"model": {}, "train": {}}) is None
     # narrow outputs leave the layers' width; a vocabulary's logits at every target
-    # position count where wider (the notebook's translation model: 1.4x as fast on 2
-    # threads as on 1, idle, on a 2-core Zen 3, and its counts agree)
+    # position count where wider (the fusion notebook's model: its training cell 1.3x as
+    # fast on 2 threads as on 1, idle, on a 2-core Zen 3, and its counts agree)
     config["model"]["d_output"] = 8
     assert threads.work_of(config) == 128 * 16 * 128
     translation = {"model": {"n_ctx_source": 21, "n_ctx_target": 24, "d_model": 32,
