@@ -3,7 +3,9 @@
    For each batch element b and query i, everything from the scores to z is computed in
    [head, key] buffers that stay in the L1 cache; nothing of size [batch, head, query, key]
    is written. The backward pass recomputes the scores, the pattern and (for the mlp value
-   network) u from q, k and v instead of storing them. Keys are the vector lanes: each
+   network) u from q, k and v instead of storing them. Two layouts: softmax or no
+   normalisation with the linear value network and 8 heads or more hold the heads in the
+   vector lanes (HEADS AS LANES, below); the rest hold the keys. Keys as lanes: each
    batch element's k and v are copied transposed ([head, d, key]) into buffers whose key
    rows are padded to KP keys (a multiple of KEY_BLOCK, zero past K), and the keys a query
    does not see (past its causal horizon, or padding) are masked to a zero pattern and a
@@ -411,6 +413,274 @@ INLINE void backward_slice(const Spec *p, int b0, int b1, const float *q, const 
     free(w.s);
 }
 
+/* ---- Heads as lanes: softmax or no normalisation with the linear value network ----
+
+   With many heads (HEADS_AS_LANES_FROM or more) those two attentions hold a query's heads,
+   not its keys, in the vectors (HEAD_LANES of them, zero past H): each score, exp and
+   product is one vector op for HEAD_LANES heads, and every sum over keys (softmax's
+   maximum and total, z, dq, dk, dv) runs down the keys, vector by vector, with no sum
+   across lanes and no padded keys. A lane's numbers are its head's alone, so they are the
+   same at every vector width and in every build; they differ from the keys-as-lanes
+   order above by rounding. On a 2-core Zen 3 at SRAVEN's shapes (16 heads of 4, 36 keys)
+   the forward pass took 1.7-1.8x less time than with keys as lanes and the backward
+   1.15x (benchmarks/speed/attention_layouts.py). Buffers per batch element:
+   kh [K][D][HV] and vh [K][E][HV] (HV = vectors a key's heads take), their gradients, and
+   one query's scores (then its pattern) and their gradients [K][HV]; the bias comes
+   transposed to [Q][K][HV * HEAD_LANES] (bias_by_query). */
+
+#define HEAD_LANES 8
+#ifndef HEADS_AS_LANES_FROM /* a build may set it (the benchmark times both layouts) */
+#define HEADS_AS_LANES_FROM 8
+#endif
+#if defined(__FMA__)
+#include <immintrin.h>
+#endif
+typedef float hf __attribute__((vector_size(4 * HEAD_LANES)));
+typedef int hi __attribute__((vector_size(4 * HEAD_LANES)));
+typedef float hf_unaligned __attribute__((vector_size(4 * HEAD_LANES), aligned(4)));
+
+static inline hf hload(const float *x) { return *(const hf_unaligned *)x; }
+static inline void hstore(float *x, hf v) { *(hf_unaligned *)x = v; }
+static inline hf hsplat(float x) { return (hf){0.f} + x; }
+/* a * b + c rounded once, written out: GCC contracted `s += a * b` in some builds of these
+   loops and not in others (the generic library's scores differed from a specialised
+   one's), so no product here is left for the compiler to fuse. */
+static inline hf hfma(hf a, hf b, hf c) {
+#if defined(__FMA__) && HEAD_LANES == 8
+    return (hf)_mm256_fmadd_ps((__m256)a, (__m256)b, (__m256)c);
+#else
+    hf r;
+    for (int l = 0; l < HEAD_LANES; l++) r[l] = fmaf(a[l], b[l], c[l]);
+    return r;
+#endif
+}
+static inline hf hmaximum(hf a, hf b) {
+    const hi m = a > b;
+    return (hf)(((hi)a & m) | ((hi)b & ~m));
+}
+
+/* exp_nonpositive's arithmetic, lane by lane, on HEAD_LANES lanes. */
+static inline hf hexp_nonpositive(hf x) {
+    x = hmaximum(x, hsplat(-87.3f));
+    const hf t = hfma(x, hsplat(1.44269504088896341f), hsplat(0.5f));
+    hi n = __builtin_convertvector(t, hi);
+    n += __builtin_convertvector(n, hf) > t;
+    const hf nf = __builtin_convertvector(n, hf);
+    const hf r = hfma(nf, hsplat(2.12194440e-4f), hfma(nf, hsplat(-0.693359375f), x));
+    hf y = hfma(hsplat(1.9875691500e-4f), r, hsplat(1.3981999507e-3f));
+    y = hfma(y, r, hsplat(8.3334519073e-3f));
+    y = hfma(y, r, hsplat(4.1665795894e-2f));
+    y = hfma(y, r, hsplat(1.6666665459e-1f));
+    y = hfma(y, r, hsplat(5.0000001201e-1f));
+    y = hfma(y * r, r, r) + 1.f;
+    return y * (hf)((n + 127) << 23);
+}
+
+INLINE int heads_as_lanes(const Spec *p) {
+    return p->norm != 1 && p->vnet == 0 && p->H >= HEADS_AS_LANES_FROM;
+}
+
+INLINE int head_vectors(const Spec *p) { return (p->H + HEAD_LANES - 1) / HEAD_LANES; }
+
+/* bias [H, Q, KP] as [Q, K, HV * HEAD_LANES], zero past H: one load a key's heads. */
+static float *bias_by_query(const Spec *p, const float *bias) {
+    if (!bias) return NULL;
+    const int HP = head_vectors(p) * HEAD_LANES;
+    float *out = aligned_alloc(sizeof(hf), sizeof(hf) * (size_t)p->Q * p->K * head_vectors(p));
+    for (int i = 0; i < p->Q; i++)
+        for (int j = 0; j < p->K; j++)
+            for (int h = 0; h < HP; h++)
+                out[((size_t)i * p->K + j) * HP + h] =
+                    h < p->H ? bias[((size_t)h * p->Q + i) * p->KP + j] : 0.f;
+    return out;
+}
+
+typedef struct {
+    hf *kh, *vh, *dkh, *dvh, *s, *ds, *dbias;
+} HeadBuffers;
+
+INLINE HeadBuffers head_buffers(const Spec *p, int bias_gradient) {
+    const size_t HV = head_vectors(p), K = p->K, kd = K * p->D * HV, ke = K * p->E * HV;
+    const size_t bias = bias_gradient ? (size_t)p->Q * K * HV : 0;
+    hf *all = aligned_alloc(sizeof(hf), sizeof(hf) * (2 * (kd + ke) + 2 * K * HV + bias));
+    HeadBuffers w = {all, all + kd, all + kd + ke, all + 2 * kd + ke, all + 2 * (kd + ke)};
+    w.ds = w.s + K * HV;
+    w.dbias = w.ds + K * HV;
+    memset(w.dbias, 0, sizeof(hf) * bias);
+    return w;
+}
+
+/* Batch element b's k and v into kh and vh, zero past H. */
+INLINE void keys_by_head(const Spec *p, const float *k, const float *v, int b, HeadBuffers *w) {
+    const int H = p->H, D = p->D, E = p->E, HV = head_vectors(p);
+    memset(w->kh, 0, sizeof(hf) * (size_t)p->K * (D + E) * HV); /* vh follows kh */
+    for (int j = 0; j < p->K; j++)
+        for (int h = 0; h < H; h++) {
+            const float *kj = k + b * p->k_batch + j * p->k_pos + h * p->k_head;
+            const float *vj = v + b * p->v_batch + j * p->v_pos + h * p->v_head;
+            for (int d = 0; d < D; d++) ((float *)w->kh)[((size_t)j * D + d) * HV * HEAD_LANES + h] = kj[d];
+            for (int e = 0; e < E; e++) ((float *)w->vh)[((size_t)j * E + e) * HV * HEAD_LANES + h] = vj[e];
+        }
+}
+
+/* Query i's scaled q [D][HV] (zero past H). */
+INLINE void query_by_head(const Spec *p, const float *q, int b, int i, hf *qs) {
+    const int D = p->D, HV = head_vectors(p);
+    for (int x = 0; x < D * HV; x++) qs[x] = hsplat(0.f);
+    for (int h = 0; h < p->H; h++)
+        for (int d = 0; d < D; d++)
+            ((float *)qs)[(size_t)d * HV * HEAD_LANES + h] =
+                q[b * p->q_batch + i * p->q_pos + h * p->q_head + d] * p->scale;
+}
+
+/* The score of query i and key j for the g-th vector of heads. */
+INLINE hf head_score(const Spec *p, const hf *restrict qs, const float *restrict bias_t,
+                     const hf *restrict kh, int i, int j, int g) {
+    const int D = p->D, HV = head_vectors(p);
+    hf s = bias_t ? hload(bias_t + (((size_t)i * p->K + j) * HV + g) * HEAD_LANES) : hsplat(0.f);
+    for (int d = 0; d < D; d++) s = hfma(qs[d * HV + g], kh[((size_t)j * D + d) * HV + g], s);
+    return s;
+}
+
+INLINE void forward_heads_slice(const Spec *p, int b0, int b1, const float *q, const float *k,
+                                const float *v, const float *bias_t, const float *drop,
+                                float *z, float *rows) {
+    const int H = p->H, D = p->D, E = p->E, HV = head_vectors(p);
+    HeadBuffers w = head_buffers(p, 0);
+    const hf *restrict kh = w.kh, *restrict vh = w.vh;
+    hf *restrict pat = w.s; /* query i's scores, then its pattern [K][HV] */
+    hf qs[D * HV], top[HV], inverse[HV], zs[E * HV];
+    for (int b = b0; b < b1; b++) {
+        keys_by_head(p, k, v, b, &w);
+        for (int i = 0; i < p->Q; i++) {
+            const int n = keys_seen(p, i);
+            query_by_head(p, q, b, i, qs);
+            for (int g = 0; g < HV; g++) top[g] = hsplat(-INFINITY);
+            for (int j = 0; j < n; j++)
+                for (int g = 0; g < HV; g++) {
+                    pat[j * HV + g] = head_score(p, qs, bias_t, kh, i, j, g);
+                    top[g] = hmaximum(top[g], pat[j * HV + g]);
+                }
+            if (p->norm == 0) {
+                hf total[HV];
+                for (int g = 0; g < HV; g++) total[g] = hsplat(0.f);
+                for (int j = 0; j < n; j++)
+                    for (int g = 0; g < HV; g++) {
+                        pat[j * HV + g] = hexp_nonpositive(pat[j * HV + g] - top[g]);
+                        total[g] += pat[j * HV + g];
+                    }
+                for (int g = 0; g < HV; g++) inverse[g] = 1.f / total[g];
+                for (int j = 0; j < n; j++)
+                    for (int g = 0; g < HV; g++) pat[j * HV + g] *= inverse[g];
+                float *row = rows + ((size_t)b * p->Q + i) * H * 2;
+                for (int h = 0; h < H; h++) {
+                    row[2 * h] = ((const float *)top)[h];
+                    row[2 * h + 1] = ((const float *)inverse)[h];
+                }
+            }
+            for (int x = 0; x < E * HV; x++) zs[x] = hsplat(0.f);
+            for (int j = 0; j < n; j++) {
+                const float keep = drop ? drop[(size_t)i * p->KP + j] : 1.f;
+                for (int g = 0; g < HV; g++) {
+                    const hf ad = drop ? pat[j * HV + g] * keep : pat[j * HV + g];
+                    for (int e = 0; e < E; e++)
+                        zs[e * HV + g] = hfma(ad, vh[((size_t)j * E + e) * HV + g], zs[e * HV + g]);
+                }
+            }
+            float *zi = z + ((size_t)b * p->Q + i) * H * E;
+            for (int h = 0; h < H; h++)
+                for (int e = 0; e < E; e++) zi[h * E + e] = ((const float *)zs)[e * HV * HEAD_LANES + h];
+        }
+    }
+    free(w.kh);
+}
+
+/* The backward pass, query by query: one pass over the keys recomputes the pattern (the
+   forward pass's, bit for bit: the same score and, for softmax, exp(s - top) * inverse from
+   the saved rows) and takes da through dropout, dv and softmax's sum of a * da; a second
+   turns da into ds and ds into dq, dk and the bias's gradient. */
+INLINE void backward_heads_slice(const Spec *p, int b0, int b1, const float *q,
+                                 const float *k, const float *v, const float *bias_t,
+                                 const float *drop, const float *rows, const float *dz,
+                                 float *dq, float *dk, float *dv, float *dbias) {
+    const int H = p->H, D = p->D, E = p->E, K = p->K, HV = head_vectors(p);
+    const int HP = HV * HEAD_LANES;
+    HeadBuffers w = head_buffers(p, dbias != NULL);
+    const hf *restrict kh = w.kh, *restrict vh = w.vh;
+    hf *restrict dkh = w.dkh, *restrict dvh = w.dvh, *restrict pat = w.s, *restrict grad = w.ds;
+    hf *restrict bias_sum = w.dbias;
+    hf qs[D * HV], top[HV], inverse[HV], dzs[E * HV], dqs[D * HV], dot[HV];
+    for (int b = b0; b < b1; b++) {
+        keys_by_head(p, k, v, b, &w);
+        memset(dkh, 0, sizeof(hf) * (size_t)K * (D + E) * HV); /* dvh follows dkh */
+        for (int i = 0; i < p->Q; i++) {
+            const int n = keys_seen(p, i);
+            query_by_head(p, q, b, i, qs);
+            for (int g = 0; g < HV; g++) top[g] = inverse[g] = dot[g] = hsplat(0.f);
+            if (p->norm == 0) {
+                const float *row = rows + ((size_t)b * p->Q + i) * H * 2;
+                for (int h = 0; h < H; h++) {
+                    ((float *)top)[h] = row[2 * h];
+                    ((float *)inverse)[h] = row[2 * h + 1];
+                }
+            }
+            for (int x = 0; x < E * HV; x++) dzs[x] = hsplat(0.f);
+            const float *dzq = dz + b * p->dz_batch + i * p->dz_pos;
+            for (int h = 0; h < H; h++)
+                for (int e = 0; e < E; e++)
+                    ((float *)dzs)[e * HP + h] = dzq[h * p->dz_head + e * p->dz_elem];
+            for (int j = 0; j < n; j++) {
+                const float keep = drop ? drop[(size_t)i * p->KP + j] : 1.f;
+                for (int g = 0; g < HV; g++) {
+                    const hf s = head_score(p, qs, bias_t, kh, i, j, g);
+                    const hf a = p->norm == 0 ? hexp_nonpositive(s - top[g]) * inverse[g] : s;
+                    const hf ad = drop ? a * keep : a;
+                    hf da = hsplat(0.f);
+                    for (int e = 0; e < E; e++) {
+                        const size_t at = ((size_t)j * E + e) * HV + g;
+                        da = hfma(dzs[e * HV + g], vh[at], da);
+                        dvh[at] = hfma(ad, dzs[e * HV + g], dvh[at]);
+                    }
+                    if (drop) da *= keep;
+                    pat[j * HV + g] = a;
+                    grad[j * HV + g] = da;
+                    if (p->norm == 0) dot[g] = hfma(a, da, dot[g]);
+                }
+            }
+            for (int x = 0; x < D * HV; x++) dqs[x] = hsplat(0.f);
+            for (int j = 0; j < n; j++)
+                for (int g = 0; g < HV; g++) {
+                    const hf da = grad[j * HV + g];
+                    const hf ds = p->norm == 0 ? pat[j * HV + g] * (da - dot[g]) : da;
+                    if (dbias) bias_sum[((size_t)i * K + j) * HV + g] += ds;
+                    for (int d = 0; d < D; d++) {
+                        const size_t at = ((size_t)j * D + d) * HV + g;
+                        dqs[d * HV + g] = hfma(ds, kh[at], dqs[d * HV + g]);
+                        dkh[at] = hfma(qs[d * HV + g], ds, dkh[at]);
+                    }
+                }
+            float *dqi = dq + b * p->q_batch + i * p->q_pos;
+            for (int h = 0; h < H; h++)
+                for (int d = 0; d < D; d++)
+                    dqi[h * p->q_head + d] = ((const float *)dqs)[d * HP + h] * p->scale;
+        }
+        for (int j = 0; j < K; j++) /* dkh, dvh back to dk, dv's layout */
+            for (int h = 0; h < H; h++) {
+                float *dkj = dk + b * p->k_batch + j * p->k_pos + h * p->k_head;
+                float *dvj = dv + b * p->v_batch + j * p->v_pos + h * p->v_head;
+                for (int d = 0; d < D; d++) dkj[d] = ((const float *)dkh)[((size_t)j * D + d) * HP + h];
+                for (int e = 0; e < E; e++) dvj[e] = ((const float *)dvh)[((size_t)j * E + e) * HP + h];
+            }
+    }
+    if (dbias) /* the slice's [Q][K][HP] sum into its [H, Q, KP] */
+        for (int h = 0; h < H; h++)
+            for (int i = 0; i < p->Q; i++)
+                for (int j = 0; j < K; j++)
+                    dbias[((size_t)h * p->Q + i) * p->KP + j] =
+                        ((const float *)bias_sum)[((size_t)i * K + j) * HP + h];
+    free(w.kh);
+}
+
 /* A slice with the sizes and options of `p` fixed at compile time where this library was
    built for them (FIXED_D ... FIXED_VNET defined: build.py's per-model build, see
    attention_core.py): `p` is copied with those fields set to constants, so that the
@@ -439,24 +709,35 @@ INLINE void backward_slice(const Spec *p, int b0, int b1, const float *q, const 
 void attention_forward(const Spec *p, int threads, const float *q, const float *k,
                        const float *v, const float *bias, const float *drop, float *z,
                        float *rows) {
+    float *bias_t = heads_as_lanes(p) ? bias_by_query(p, bias) : NULL;
 #pragma omp parallel num_threads(threads)
     {
         const int part = omp_get_thread_num(), parts = omp_get_num_threads();
         const int b0 = p->B * part / parts, b1 = p->B * (part + 1) / parts;
-        SPECIALISED(forward_slice, p, b0, b1, q, k, v, bias, drop, z, rows);
+        if (heads_as_lanes(p))
+            SPECIALISED(forward_heads_slice, p, b0, b1, q, k, v, bias_t, drop, z, rows);
+        else
+            SPECIALISED(forward_slice, p, b0, b1, q, k, v, bias, drop, z, rows);
     }
+    free(bias_t);
 }
 
 void attention_backward(const Spec *p, int threads, int slices, const float *q,
                         const float *k, const float *v, const float *bias, const float *drop,
                         const float *rows, const float *dz, float *dq, float *dk, float *dv,
                         float *dbias) {
+    float *bias_t = heads_as_lanes(p) ? bias_by_query(p, bias) : NULL;
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int part = 0; part < slices; part++) {
         float *own = dbias ? dbias + (size_t)part * p->H * p->Q * p->KP : NULL;
         const int b0 = p->B * part / slices, b1 = p->B * (part + 1) / slices;
-        SPECIALISED(backward_slice, p, b0, b1, q, k, v, bias, drop, rows, dz, dq, dk, dv, own);
+        if (heads_as_lanes(p))
+            SPECIALISED(backward_heads_slice, p, b0, b1, q, k, v, bias_t, drop, rows, dz, dq, dk,
+                        dv, own);
+        else
+            SPECIALISED(backward_slice, p, b0, b1, q, k, v, bias, drop, rows, dz, dq, dk, dv, own);
     }
+    free(bias_t);
     if (!dbias) return;
     const size_t size = (size_t)p->H * p->Q * p->KP; /* the slices' sums into the first */
     for (int part = 1; part < slices; part++) {
@@ -465,6 +746,10 @@ void attention_backward(const Spec *p, int threads, int slices, const float *q,
         for (size_t i = 0; i < size; i++) dbias[i] += theirs[i];
     }
 }
+
+/* Whether a call of spec `p` holds its heads in the vectors (else its keys): the tests
+   check which layout they exercise. */
+int heads_in_lanes(const Spec *p) { return heads_as_lanes(p); }
 
 /* The floats a vector of this library holds (LANES): the tests compare the widths. */
 int vector_lanes(void) { return LANES; }

@@ -15,9 +15,11 @@ q, k and v are read where they lie, with their strides: in self-attention they a
 slices of one projection (:func:`fused_self_attention_core`), and its gradient is
 written whole, with no copies into or out of separate tensors. Key rows are padded
 inside the kernel to a multiple of :data:`LANES` keys, so that every loop over keys runs
-in whole vectors. Batch elements are split over ``torch.get_num_threads()`` threads
-(PyTorch's own OpenMP threads). A call of a training step's size runs a copy of the
-kernel compiled for its sizes and options (:func:`kernels_for`), the same numbers faster.
+in whole vectors; softmax and linear attention with 8 heads or more hold the heads in the
+vectors instead (:func:`heads_in_lanes`: no sums across lanes, no padded keys). Batch
+elements are split over ``torch.get_num_threads()`` threads (PyTorch's own OpenMP
+threads). A call of a training step's size runs a copy of the kernel compiled for its
+sizes and options (:func:`kernels_for`), the same numbers faster.
 """
 
 from __future__ import annotations
@@ -75,7 +77,14 @@ def library(fixed: tuple[tuple[str, int], ...] = ()) -> ctypes.CDLL:
     lib.attention_backward.argtypes = spec_threads_slices + [pointer] * 11
     lib.threads_used.argtypes = [ctypes.c_int]
     lib.vector_lanes.argtypes = []
+    lib.heads_in_lanes.argtypes = [ctypes.POINTER(Spec)]
     return lib
+
+
+def heads_in_lanes(spec: Spec) -> bool:
+    """Whether the kernel holds ``spec``'s heads in its vectors (softmax or no
+    normalisation, linear values, 8 heads or more), else its keys."""
+    return bool(kernels_for(spec).heads_in_lanes(ctypes.byref(spec)))
 
 
 def kernels_for(spec: Spec) -> ctypes.CDLL:

@@ -45,8 +45,8 @@ def bias_gelu_call(gen: torch.Generator) -> Callable[[], tuple[torch.Tensor, ...
     return lambda: bias_backward_values(h, bias, dy)
 
 
-def attention_call(gen: torch.Generator) -> Callable[[], tuple[torch.Tensor, ...]]:
-    batch, keys, heads, d = 50, 21, 4, 8  # 16 slices of 3 or 4 batch elements
+def attention_call(gen: torch.Generator, heads: int = 4) -> Callable[[], tuple[torch.Tensor, ...]]:
+    batch, keys, d = 50, 21, 8  # 16 slices of 3 or 4 batch elements
     packed = torch.randn(batch, keys, heads, 3 * d, generator=gen)
     bias = attention_core.padded(torch.randn(heads, keys, keys, generator=gen))
     dz = torch.randn(batch, keys, heads, d, generator=gen)
@@ -56,8 +56,14 @@ def attention_call(gen: torch.Generator) -> Callable[[], tuple[torch.Tensor, ...
     return lambda: backward(packed, bias, None, rows, dz, *options)
 
 
+def attention_heads_call(gen: torch.Generator) -> Callable[[], tuple[torch.Tensor, ...]]:
+    """The attention call with 12 heads: the kernel holds them in its vectors."""
+    return attention_call(gen, heads=12)
+
+
 @pytest.mark.parametrize(
-    "make_call", [layer_norm_call, embedding_call, bias_gelu_call, attention_call]
+    "make_call",
+    [layer_norm_call, embedding_call, bias_gelu_call, attention_call, attention_heads_call],
 )
 def test_the_backward_sums_are_the_same_bits_on_any_thread_count(make_call) -> None:
     call = make_call(torch.Generator().manual_seed(0))

@@ -53,15 +53,20 @@ def reference(q, k, v, bias, drop, normalization, activation, causal, query_star
 CASES = list(itertools.product(["softmax", "rms_head", "none"], [None, "relu", "identity"]))
 
 
+# 3 heads hold their keys in the vectors; 9 (softmax and no normalisation with linear
+# values) hold the heads, in two vectors of 8, the second mostly padding
+@pytest.mark.parametrize("heads", [3, 9])
 @pytest.mark.parametrize(("normalization", "activation"), CASES)
 @pytest.mark.parametrize(
     ("causal", "bias", "dropout", "keys"),
     # 6 keys: one block of 16 lanes, mostly padding; 21: a full block and a partial one
     [(False, True, True, 6), (True, False, False, 6), (True, True, True, 21)],
 )
-def test_the_kernel_computes_the_equations(normalization, activation, causal, bias, dropout, keys):
+def test_the_kernel_computes_the_equations(
+    normalization, activation, causal, bias, dropout, keys, heads
+) -> None:
     gen = torch.Generator().manual_seed(0)
-    batch, queries, heads, d_head, d_value = 3, 4, 3, 2, 3
+    batch, queries, d_head, d_value = 3, 4, 2, 3
     query_start = keys - queries
     tensors = [
         torch.randn(batch, queries, heads, d_head, generator=gen),
@@ -76,6 +81,9 @@ def test_the_kernel_computes_the_equations(normalization, activation, causal, bi
             for i, t in enumerate(tensors)]  # fmt: skip
     exact = [t.double().requires_grad_(i < 4) if t is not None else None
              for i, t in enumerate(tensors)]  # fmt: skip
+    spec = attention_core.core_spec(*tensors[:3], **options)
+    in_lanes = heads == 9 and normalization != "rms_head" and activation is None
+    assert attention_core.heads_in_lanes(spec) == in_lanes
     z = fused_attention_core(*ours, **options)
     z_exact = reference(*exact, **options)
     torch.testing.assert_close(z.double(), z_exact.detach(), **TOLERANCE)
@@ -269,15 +277,17 @@ def test_an_unpadded_bias_is_refused_before_the_kernel_reads_past_it() -> None:
 
 @pytest.mark.parametrize(
     ("normalization", "activation", "causal"),
-    [("softmax", None, True), ("rms_head", "relu", False), ("none", "identity", True)],
-)
+    [("softmax", None, True), ("rms_head", "relu", False), ("none", "identity", True),
+     ("none", None, False)],
+)  # fmt: skip
 def test_a_library_built_for_the_sizes_computes_the_generic_numbers(
     normalization, activation, causal, monkeypatch
 ) -> None:
     """A call of a training step's size takes a library built for its sizes and options
     (the compiler unrolls its loops); it computes the generic library's numbers bit for
-    bit, forward and backward, here with a query slice, bias, dropout and 2 threads. Called
-    with a spec it was not built for (other heads), it takes its generic path."""
+    bit, forward and backward, here with a query slice, bias, dropout and 2 threads (8
+    heads: softmax and linear values hold the heads in the vectors, the others the keys).
+    Called with a spec it was not built for (other heads), it takes its generic path."""
     gen = torch.Generator().manual_seed(0)
 
     def call(heads: int, choose) -> list[torch.Tensor]:
@@ -325,7 +335,8 @@ def test_a_library_built_for_the_sizes_computes_the_same_numbers_at_every_vector
     registers: what such a CPU builds) or 16 (AVX-512's); both compute the generic
     library's numbers bit for bit, forward and backward, with 8 heads of 16 and one block
     of 16 keys or two (fuzzy logic's T = 16 and Table A1's T = 32), and with a query
-    slice."""
+    slice. (Softmax and no normalisation hold their heads in vectors of 8 at every width:
+    their numbers cannot depend on it; rms holds the keys.)"""
     heads, d, batch = 8, 16, 32
     gen = torch.Generator().manual_seed(1)
     packed = torch.randn(batch, keys, heads, 3 * d, generator=gen)
