@@ -422,8 +422,8 @@ INLINE void backward_slice(const Spec *p, int b0, int b1, const float *q, const 
    across lanes and no padded keys. A lane's numbers are its head's alone, so they are the
    same at every vector width and in every build; they differ from the keys-as-lanes
    order above by rounding. On a 2-core Zen 3 at SRAVEN's shapes (16 heads of 4, 36 keys)
-   the forward pass took 1.7-1.8x less time than with keys as lanes and the backward
-   1.15x (benchmarks/speed/attention_layouts.py). Buffers per batch element:
+   the forward pass took 1.8x less time than with keys as lanes and the backward 1.1x
+   (benchmarks/speed/attention_layouts.py). Buffers per batch element:
    kh [K][D][HV] and vh [K][E][HV] (HV = vectors a key's heads take), their gradients, and
    one query's scores (then its pattern) and their gradients [K][HV]; the bias comes
    transposed to [Q][K][HV * HEAD_LANES] (bias_by_query). */
@@ -440,7 +440,6 @@ typedef int hi __attribute__((vector_size(4 * HEAD_LANES)));
 typedef float hf_unaligned __attribute__((vector_size(4 * HEAD_LANES), aligned(4)));
 
 static inline hf hload(const float *x) { return *(const hf_unaligned *)x; }
-static inline void hstore(float *x, hf v) { *(hf_unaligned *)x = v; }
 static inline hf hsplat(float x) { return (hf){0.f} + x; }
 /* a * b + c rounded once, written out: GCC contracted `s += a * b` in some builds of these
    loops and not in others (the generic library's scores differed from a specialised
