@@ -150,3 +150,35 @@ def test_the_suite_profile_counts_each_stack_for_its_innermost_process(
     with pytest.raises(SystemExit):
         module.main([str(tmp_path / "missing.txt")])
     assert "is not a file" in capsys.readouterr().err
+
+
+def test_the_command_benchmark_times_runs_to_their_end(tmp_path: Path, monkeypatch) -> None:
+    """command_side_by_side.py's ``--lengths`` (the GPU's way): a command run to the end at
+    a step count reports that count, and the rate is the two runs' difference while the
+    whole-run rate keeps the start-up in."""
+    script = BENCHMARKS / "speed" / "command_side_by_side.py"
+    monkeypatch.syspath_prepend(str(script.parent))
+    module = load_script(script, monkeypatch)
+    run_dir = tmp_path / "run"
+    limit = module.Limit(steps=2)
+    args = module.command("fuzzy-logic", "linear", 0, run_dir, limit, tmp_path, 1, "cpu")
+    assert args[args.index("--steps") + 1] == "2" and "--time-budget" not in args
+    [(steps, wall, path)] = module.timed_commands([(args, run_dir)])
+    assert (steps, path) == (2, "eager") and wall > 0  # under 1,000 steps a run is eager
+    rate = module.rate_of([(1_000, 30.0, "fused")], [(5_000, 50.0, "fused")])
+    assert rate.total == rate.per_run[0] == 4_000 / 20.0
+    assert rate.whole == [5_000 / 50.0] and rate.paths == ["fused"]
+    budgets = module.command("sraven", "hyla", 1, run_dir, module.Limit(seconds=40), tmp_path, None)
+    assert budgets[budgets.index("--time-budget") + 1] == "40" and "--steps" not in budgets
+
+
+def test_the_command_benchmark_refuses_cores_on_cuda(tmp_path: Path, monkeypatch, capsys) -> None:
+    script = BENCHMARKS / "speed" / "command_side_by_side.py"
+    module = load_script(script, monkeypatch)
+    (tmp_path / "hyla").mkdir()
+    with pytest.raises(SystemExit):
+        module.main(["--official", str(tmp_path), "--device", "cuda", "--modes", "cores"])
+    assert "one run per core is a CPU mode" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        module.main(["--official", str(tmp_path), "--lengths", "50", "20"])
+    assert "--lengths 50 20" in capsys.readouterr().err

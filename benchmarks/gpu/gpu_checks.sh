@@ -20,10 +20,15 @@
 #   seeds-fl  the same on fuzzy logic
 #   kernels   kernel launches per compiled forward + backward (Triton), beside the twin
 #   profile   device busy time and costliest kernels of graphed, compiled steps
+#   command   `latentlens train --device cuda` at its defaults, as a user types it, beside the
+#             official code on the card (command_side_by_side.py --device cuda), fuzzy logic,
+#             one round per variant (about 4 min each: name fewer in VARIANTS on a short
+#             lease); needs OFFICIAL, a checkout of smonsays/hypernetwork-attention carried
+#             to the machine. Not in the default list: it needs that checkout.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 if [[ $# -lt 1 ]]; then
-    echo "usage: bash benchmarks/gpu/gpu_checks.sh OUT [tf32|tests|single|autotune|seeds|seeds-fl|kernels|profile ...]" >&2
+    echo "usage: bash benchmarks/gpu/gpu_checks.sh OUT [tf32|tests|single|autotune|seeds|seeds-fl|kernels|profile|command ...]" >&2
     exit 2
 fi
 out=$1
@@ -90,8 +95,16 @@ for check in "${checks[@]}"; do
                 --task "${model%%:*}" --attention "${model##*:}" --compile --cuda-graphs
         done
         ;;
+    command)
+        # rows are written to command.json as they finish: a lease cut short keeps them
+        read -ra variants <<< "${VARIANTS:-softmax linear hyla}"
+        run command_fuzzy_logic python3 benchmarks/speed/command_side_by_side.py \
+            --official "${OFFICIAL:?set OFFICIAL to a checkout of smonsays/hypernetwork-attention}" \
+            --device cuda --tasks fuzzy-logic --variants "${variants[@]}" --rounds 1 \
+            --out "$out/command.json"
+        ;;
     *)
-        echo "unknown check '$check': choose from tf32, tests, single, autotune, seeds, seeds-fl, kernels, profile" >&2
+        echo "unknown check '$check': choose from tf32, tests, single, autotune, seeds, seeds-fl, kernels, profile, command" >&2
         exit 2
         ;;
     esac

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tempfile
 import time
@@ -41,6 +40,7 @@ from speed.cpu_side_by_side import (  # noqa: E402
     TASKS,
     Server,
     latentlens_config,
+    official_server,
     spread,
     task_spec,
 )
@@ -75,18 +75,6 @@ class DeviceStepTimer:
 
     def close(self) -> None:
         pass
-
-
-def official_server(official: Path, spec: dict[str, Any], folder: Path) -> Server:
-    """The official code training ``spec`` on the GPU (``parity_official.py --serve``)."""
-    path = folder / f"{spec['task']}-{spec['variant']}.spec.json"
-    path.write_text(json.dumps({**spec, "steps": max(spec["steps"], 20_000)}))
-    env = {**os.environ, "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
-    return Server(
-        [sys.executable, str(BENCHMARKS / "parity" / "parity_official.py"),
-         "--official", str(official), "--spec", str(path), "--serve"],
-        env,
-    )  # fmt: skip
 
 
 def measure_row(args: argparse.Namespace, spec: dict[str, Any], official: Server) -> dict:
@@ -159,8 +147,9 @@ def main(argv: list[str] | None = None) -> int:
     specs = [task_spec(task, variant) for variant in args.variants for task in args.tasks]
     with tempfile.TemporaryDirectory() as folder, ThreadPoolExecutor(len(specs)) as pool:
         # the official processes compile at once, each waiting for its turn once ready
-        servers = list(pool.map(lambda spec: official_server(args.official, spec, Path(folder)),
-                                specs))  # fmt: skip
+        servers = list(pool.map(
+            lambda spec: official_server(args.official, spec, 1, Path(folder), "cuda"), specs
+        ))  # fmt: skip
         result["official_startup_s"] = time.perf_counter() - began
         for spec, server in zip(specs, servers, strict=True):
             if args.deadline and time.perf_counter() - began > args.deadline:

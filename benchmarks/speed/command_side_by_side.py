@@ -3,7 +3,7 @@
     python benchmarks/speed/command_side_by_side.py --official PATH
         [--tasks fuzzy-logic fuzzy-logic-a1 sraven] [--variants softmax linear hyla]
         [--modes single cores] [--rounds 2] [--budgets 20 60] [--official-steps 300]
-        [--out FILE.json]
+        [--device cuda [--lengths 20000 50000]] [--out FILE.json]
 
 latentlens's side is the command a user types, at its defaults: ``latentlens train --task
 TASK --attention V --device cpu --quiet`` (50,000 steps, its evaluations and tracked
@@ -25,6 +25,17 @@ be read against its own step.
 ``single``: one run, every core. ``cores``: one run per core at once (``--threads 1``
 each, as ``reproduce --jobs`` and sweeps run them; the official servers one XLA thread
 each); their rates added up. Ratios are per round, reported as median [min–max].
+
+``--device cuda`` times the same on a GPU: the command with ``--device cuda``, the
+official code with JAX on the card (its memory not preallocated, so that both fit), the
+eager step read after the device has finished; single runs only. There a default run's
+50,000 steps take under a minute after a start-up of about as long (calibration,
+compilation, graph capture), so budgets would cut runs before their first step or after
+their last: the two runs of a round instead go to the end at ``--lengths`` steps (20,000
+and 50,000 by default; both long enough that the run chooses its path as a default one
+does), the rate is their difference, and the longer run's steps over its whole wall time,
+start-up included, are printed beside it as what a user's default command gets.
+``--lengths`` works on the CPU too.
 """
 
 from __future__ import annotations
@@ -38,6 +49,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -60,17 +72,36 @@ OFFICIAL_SPEC = {"fuzzy-logic": "fuzzy-logic", "fuzzy-logic-a1": "fuzzy-logic-a1
                  "sraven": "sraven-default"}  # fmt: skip
 A1_CONFIG = {"task": {"seq_len": 32, **task_config(0.7)}}  # the zoo's split at 0.7
 STOPPED = re.compile(r"stopped at step (\d+) of")
+CUDA_LENGTHS = (20_000, 50_000)  # steps; see the module docstring
 
 
-def command(task: str, variant: str, seed: int, run_dir: Path, budget: float,
-            folder: Path, threads: int | None) -> list[str]:  # fmt: skip
-    """The user's command for ``task`` and ``variant``, stopped after ``budget`` seconds."""
+@dataclass(frozen=True)
+class Limit:
+    """Where a timed command stops: after ``seconds`` (``--time-budget``), or at the end of
+    a run of ``steps`` steps."""
+
+    seconds: float | None = None
+    steps: int | None = None
+
+    @property
+    def tag(self) -> str:
+        return f"b{self.seconds:g}" if self.steps is None else f"n{self.steps}"
+
+
+def command(task: str, variant: str, seed: int, run_dir: Path, limit: Limit, folder: Path,
+            threads: int | None, device: str = "cpu") -> list[str]:  # fmt: skip
+    """The user's command for ``task`` and ``variant`` on ``device``, stopped after
+    ``limit.seconds`` or run to ``limit.steps`` steps."""
     args = [sys.executable, "-m", "latentlens"]
     if threads is not None:
         args += ["--threads", str(threads)]
-    args += ["train", "--task", TASKS[task], "--attention", variant, "--device", "cpu",
-             "--quiet", "--seed", str(seed), "--run-dir", str(run_dir),
-             "--time-budget", str(budget)]  # fmt: skip
+    args += ["train", "--task", TASKS[task], "--attention", variant, "--device", device,
+             "--quiet", "--seed", str(seed), "--run-dir", str(run_dir)]  # fmt: skip
+    args += (
+        ["--time-budget", str(limit.seconds)]
+        if limit.steps is None
+        else ["--steps", str(limit.steps)]
+    )
     if task == "fuzzy-logic-a1":
         config = folder / "a1.json"
         config.write_text(json.dumps(A1_CONFIG))
@@ -113,24 +144,41 @@ def timed_commands(commands: list[tuple[list[str], Path]]) -> list[tuple[int, fl
     return results
 
 
-def command_rate(task: str, variant: str, runs: int, budgets: tuple[float, float],
-                 folder: Path, tag: str) -> tuple[float, list[float], list[str]]:  # fmt: skip
-    """Steps/s of ``runs`` commands at once (added up), by the two budgets' difference;
-    also each run's rate and the path each longer command took."""
+@dataclass(frozen=True)
+class CommandRate:
+    """``runs`` commands' steps/s at once: ``total`` (added up) and each run's
+    (``per_run``), from the difference of two timed runs; ``whole``: each longer run's
+    steps over its whole wall time, start-up included; ``paths``: the path each took."""
+
+    total: float
+    per_run: list[float]
+    whole: list[float]
+    paths: list[str]
+
+
+def rate_of(short: list[tuple[int, float, str]], long: list[tuple[int, float, str]]) -> CommandRate:
+    """The rate of runs timed twice (steps reached, wall seconds, path), by the difference of
+    the longer and the shorter run of each."""
+    rates = [(s2 - s1) / (w2 - w1) for (s1, w1, _), (s2, w2, _) in zip(short, long, strict=True)]
+    return CommandRate(sum(rates), rates, [s / w for s, w, _ in long], [p for _, _, p in long])
+
+
+def command_rate(task: str, variant: str, runs: int, limits: tuple[Limit, Limit], folder: Path,
+                 tag: str, device: str = "cpu") -> CommandRate:  # fmt: skip
+    """Steps/s of ``runs`` commands at once on ``device``, by the two ``limits``' difference."""
     threads = 1 if runs > 1 else None
     reached = []
-    for budget in budgets:
+    for limit in limits:
         commands = []
         for seed in range(runs):
-            run_dir = folder / f"{tag}-{task}-{variant}-b{budget:g}-s{seed}"
-            commands.append((command(task, variant, seed, run_dir, budget, folder, threads),
-                             run_dir))  # fmt: skip
+            run_dir = folder / f"{tag}-{task}-{variant}-{limit.tag}-s{seed}"
+            args = command(task, variant, seed, run_dir, limit, folder, threads, device)
+            commands.append((args, run_dir))
         reached.append(timed_commands(commands))
-    rates = [(s2 - s1) / (w2 - w1) for (s1, w1, _), (s2, w2, _) in zip(*reached, strict=True)]
-    return sum(rates), rates, [path for _, _, path in reached[-1]]
+    return rate_of(*reached)
 
 
-def prime(task: str, variant: str, runs: int, folder: Path) -> None:
+def prime(task: str, variant: str, runs: int, folder: Path, device: str = "cpu") -> None:
     """Run ``runs`` short commands at once, as the timed ones will run, so that both timed
     budgets find the calibration and inductor's code cached: a pair where one calibrates
     and the other does not measures start-up, not steps (one run per core, primed with a
@@ -139,19 +187,22 @@ def prime(task: str, variant: str, runs: int, folder: Path) -> None:
     commands = []
     for seed in range(runs):
         run_dir = folder / f"prime-{task}-{variant}-{runs}-s{seed}"
-        commands.append((command(task, variant, seed, run_dir, 5, folder, threads), run_dir))
+        args = command(task, variant, seed, run_dir, Limit(seconds=5), folder, threads, device)
+        commands.append((args, run_dir))
     timed_commands(commands)
 
 
 def official_rate(official: Path, task: str, variant: str, runs: int, steps: int,
-                  folder: Path) -> float:  # fmt: skip
-    """Steps/s of ``runs`` official processes at once, added up (after compiling)."""
+                  folder: Path, device: str = "cpu") -> float:  # fmt: skip
+    """Steps/s of ``runs`` official processes at once on ``device``, added up (after
+    compiling)."""
     threads = available_cpus() if runs == 1 else 1
     spec = task_spec(OFFICIAL_SPEC[task], variant)
     servers = []
     try:
         for seed in range(runs):
-            servers.append(official_server(official, {**spec, "seed": seed}, threads, folder))
+            server = official_server(official, {**spec, "seed": seed}, threads, folder, device)
+            servers.append(server)
         for server in servers:
             server.ask(steps)
         return sum(float(server.read()) for server in servers)
@@ -160,13 +211,20 @@ def official_rate(official: Path, task: str, variant: str, runs: int, steps: int
             server.close()
 
 
-def step_rate(task: str, variant: str, steps: int) -> float:
-    """The eager step benchmark's rate: ``Trainer.train_step`` in this process."""
+def step_rate(task: str, variant: str, steps: int, device: str = "cpu") -> float:
+    """The eager step benchmark's rate: ``Trainer.train_step`` in this process (on a GPU,
+    read after the device has finished)."""
     spec = task_spec(OFFICIAL_SPEC[task], variant)
     threads = available_cpus()
     torch.set_num_threads(threads)
-    trainer = Trainer(None, latentlens_config(spec, "fp32", threads), device="cpu", quiet=True)
-    return StepTimer(trainer.train_step, 1)(steps)
+    trainer = Trainer(None, latentlens_config(spec, "fp32", threads), device=device, quiet=True)
+
+    def step() -> None:
+        trainer.train_step()
+        if device == "cuda":
+            torch.cuda.synchronize()
+
+    return StepTimer(step, 1)(steps)
 
 
 def spread(values: list[float], digits: int = 1) -> str:
@@ -180,75 +238,97 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--official", type=Path, required=True)
     parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
     parser.add_argument("--variants", nargs="+", default=["softmax", "linear", "hyla"])
-    parser.add_argument("--modes", nargs="+", default=["single", "cores"],
-                        choices=["single", "cores"])  # fmt: skip
+    parser.add_argument("--modes", nargs="+", choices=["single", "cores"],
+                        help="default: single and cores (on cuda: single)")  # fmt: skip
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--budgets", type=float, nargs=2, default=[20.0, 60.0])
+    parser.add_argument("--lengths", type=int, nargs=2, metavar="STEPS",
+                        help="run both commands to the end at these --steps instead of "
+                        "stopping them by the budgets (default on cuda: 20000 50000)")  # fmt: skip
     parser.add_argument("--official-steps", type=int, default=300)
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
     if not (args.official / "hyla").is_dir():
         parser.error(
             f"--official {args.official}: not a checkout of smonsays/hypernetwork-attention"
         )
+    modes = args.modes or (["single"] if args.device == "cuda" else ["single", "cores"])
+    if args.device == "cuda" and modes != ["single"]:
+        parser.error("--modes cores: one run per core is a CPU mode; on cuda give --modes single")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: this machine's torch sees no CUDA device")
+    lengths = args.lengths or (CUDA_LENGTHS if args.device == "cuda" else None)
+    if lengths is not None and not 0 < lengths[0] < lengths[1]:
+        parser.error(f"--lengths {lengths[0]} {lengths[1]}: give two step counts, shorter first")
+    if lengths is not None:
+        limits = (Limit(steps=lengths[0]), Limit(steps=lengths[1]))
+    else:
+        limits = (Limit(seconds=args.budgets[0]), Limit(seconds=args.budgets[1]))
     cores = available_cpus()
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         for task in args.tasks:
             for variant in args.variants:
-                for mode in args.modes:
+                for mode in modes:
                     runs = cores if mode == "cores" else 1
                     # the first commands a user runs fill the caches (calibration, inductor),
                     # for the thread count this mode's runs take
-                    prime(task, variant, runs, folder)
+                    prime(task, variant, runs, folder, args.device)
                     row: dict[str, Any] = {"task": task, "variant": variant, "mode": mode,
                                            "runs": runs, "official": [], "command": [],
-                                           "per_run": [], "step": [], "paths": []}  # fmt: skip
+                                           "per_run": [], "whole": [], "step": [],
+                                           "paths": []}  # fmt: skip
                     for round_ in range(args.rounds):
                         tag = f"{mode}-r{round_}"
                         row["official"].append(
-                            official_rate(
-                                args.official, task, variant, runs, args.official_steps, folder
-                            )
-                        )
-                        total, per_run, paths = command_rate(
-                            task, variant, runs, tuple(args.budgets), folder, tag
-                        )
-                        row["command"].append(total)
-                        row["paths"].append(paths)
-                        row["per_run"].append(per_run)
+                            official_rate(args.official, task, variant, runs,
+                                          args.official_steps, folder, args.device)
+                        )  # fmt: skip
+                        rate = command_rate(task, variant, runs, limits, folder, tag, args.device)
+                        row["command"].append(rate.total)
+                        row["paths"].append(rate.paths)
+                        row["per_run"].append(rate.per_run)
+                        row["whole"].append(sum(rate.whole))
                         if mode == "single":
-                            row["step"].append(step_rate(task, variant, args.official_steps))
+                            row["step"].append(
+                                step_rate(task, variant, args.official_steps, args.device)
+                            )
                         print(f"{task} {variant} {mode} round {round_}: official "
-                              f"{row['official'][-1]:.1f}, command {total:.1f} steps/s "
-                              f"(path {', '.join(paths)})",
+                              f"{row['official'][-1]:.1f}, command {rate.total:.1f} steps/s "
+                              f"(whole run {sum(rate.whole):.1f}; path {', '.join(rate.paths)})",
                               file=sys.stderr, flush=True)  # fmt: skip
                     rows.append(row)
                     if args.out:  # kept as it grows: a failure later loses nothing
                         args.out.write_text(json.dumps({"rows": rows}, indent=1))
+    how = (f"runs to {lengths[0]} and {lengths[1]} steps" if lengths is not None
+           else f"budgets {args.budgets[0]:g} and {args.budgets[1]:g} s")  # fmt: skip
+    where = f"{torch.cuda.get_device_name()}" if args.device == "cuda" else f"{cores} CPUs"
     print(
-        f"`latentlens train` beside the official JAX code on this machine ({cores} CPUs, "
-        f"torch {torch.__version__}); {args.rounds} rounds, budgets {args.budgets[0]:g} and "
-        f"{args.budgets[1]:g} s; steps/s, median [min–max] over rounds, ratios per round\n"
+        f"`latentlens train` beside the official JAX code on this machine ({where}, "
+        f"torch {torch.__version__}); {args.rounds} rounds, {how}; steps/s, median "
+        "[min–max] over rounds, ratios per round; whole run: the longer command's steps "
+        "over its wall time, start-up included\n"
     )
     print(
         f"{'task':15}{'variant':9}{'mode':8}{'official':>20}{'command':>20}{'ratio':>22}"
-        f"{'step (eager)':>20}{'command / step':>22}"
+        f"{'whole run':>20}{'step (eager)':>20}{'command / step':>22}"
     )
     for row in rows:
         ratio = [c / o for c, o in zip(row["command"], row["official"], strict=True)]
         line = (
             f"{row['task']:15}{row['variant']:9}{row['mode']:8}{spread(row['official']):>20}"
-            f"{spread(row['command']):>20}{spread(ratio, 2) + 'x':>22}"
+            f"{spread(row['command']):>20}{spread(ratio, 2) + 'x':>22}{spread(row['whole']):>20}"
         )
         if row["step"]:
             loop = [c / s for c, s in zip(row["command"], row["step"], strict=True)]
             line += f"{spread(row['step']):>20}{spread(loop, 2):>22}"
         print(line)
     if args.out:
-        meta = {"cpus": cores, "torch": torch.__version__, "rounds": args.rounds,
-                "budgets": args.budgets, "official_steps": args.official_steps}  # fmt: skip
+        meta = {"cpus": cores, "device": args.device, "torch": torch.__version__,
+                "rounds": args.rounds, "budgets": args.budgets, "lengths": lengths,
+                "official_steps": args.official_steps}  # fmt: skip
         args.out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     return 0
 

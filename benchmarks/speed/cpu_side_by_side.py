@@ -187,13 +187,19 @@ class Server:
         self.process.wait(timeout=60)
 
 
-def official_server(official: Path, spec: dict[str, Any], threads: int, folder: Path) -> Server:
-    """The official code training ``spec`` (``parity_official.py --serve``), XLA given
-    ``threads`` threads."""
+def official_server(official: Path, spec: dict[str, Any], threads: int, folder: Path,
+                    device: str = "cpu") -> Server:  # fmt: skip
+    """The official code training ``spec`` (``parity_official.py --serve``): on the CPU
+    with XLA given ``threads`` threads; on ``cuda`` on the GPU, its memory not preallocated
+    so that latentlens's side fits beside it."""
     path = folder / f"{spec['task']}-{spec['variant']}.spec.json"
-    path.write_text(json.dumps(spec))
-    flags = f"--xla_cpu_multi_thread_eigen={'true' if threads > 1 else 'false'} "
-    env = {**os.environ, "XLA_FLAGS": flags + f"intra_op_parallelism_threads={threads}"}
+    if device == "cuda":
+        path.write_text(json.dumps({**spec, "steps": max(spec["steps"], 20_000)}))
+        env = {**os.environ, "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
+    else:
+        path.write_text(json.dumps(spec))
+        flags = f"--xla_cpu_multi_thread_eigen={'true' if threads > 1 else 'false'} "
+        env = {**os.environ, "XLA_FLAGS": flags + f"intra_op_parallelism_threads={threads}"}
     return Server(
         [sys.executable, str(BENCHMARKS / "parity" / "parity_official.py"),
          "--official", str(official), "--spec", str(path), "--serve"],
