@@ -39,6 +39,7 @@ from parity.parity import VARIANTS  # noqa: E402
 from speed.cpu_side_by_side import (  # noqa: E402
     TASKS,
     Server,
+    StepTimer,
     latentlens_config,
     official_server,
     spread,
@@ -49,32 +50,6 @@ from latentlens.training import Trainer  # noqa: E402
 
 MODES = {"eager": {}, "graphs": {"cuda_graphs": True},
          "graphs-compile": {"cuda_graphs": True, "compile": True}}  # fmt: skip
-
-
-class DeviceStepTimer:
-    """Steps per second of a latentlens trainer's step (warmed up first; on a GPU the clock
-    is read after the device has finished)."""
-
-    def __init__(self, trainer: Trainer):
-        self.step, self.device = trainer.train_step, trainer.device
-        for _ in range(10):  # compilation, graph capture, the allocator's first sizes
-            self.step()
-        self.synchronize()
-
-    def synchronize(self) -> None:
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-
-    def __call__(self, steps: int) -> float:
-        self.synchronize()
-        start = time.perf_counter()
-        for _ in range(steps):
-            self.step()
-        self.synchronize()
-        return steps / (time.perf_counter() - start)
-
-    def close(self) -> None:
-        pass
 
 
 def measure_row(args: argparse.Namespace, spec: dict[str, Any], official: Server) -> dict:
@@ -88,7 +63,7 @@ def measure_row(args: argparse.Namespace, spec: dict[str, Any], official: Server
             started = time.perf_counter()
             config = latentlens_config(spec, "fp32", threads=2)
             trainer = Trainer(None, config, device=args.device, quiet=True, **MODES[mode])
-            sides[mode] = DeviceStepTimer(trainer)
+            sides[mode] = StepTimer(trainer.train_step, 1, trainer.device, warmup=10)
             startup[mode] = time.perf_counter() - started
         rates: dict[str, list[float]] = {side: [] for side in sides}
         for _ in range(args.rounds):

@@ -218,13 +218,7 @@ def step_rate(task: str, variant: str, steps: int, device: str = "cpu") -> float
     threads = available_cpus()
     torch.set_num_threads(threads)
     trainer = Trainer(None, latentlens_config(spec, "fp32", threads), device=device, quiet=True)
-
-    def step() -> None:
-        trainer.train_step()
-        if device == "cuda":
-            torch.cuda.synchronize()
-
-    return StepTimer(step, 1)(steps)
+    return StepTimer(trainer.train_step, 1, trainer.device)(steps)
 
 
 def spread(values: list[float], digits: int = 1) -> str:

@@ -139,17 +139,27 @@ def latentlens_steps(
 
 
 class StepTimer:
-    """Seed-steps per second of a step function in this process (warmed up first)."""
+    """Seed-steps per second of a step function in this process (warmed up first). On a
+    CUDA ``device`` the clock is read after the device has finished, once before and once
+    after the timed steps (not after each: that would time a wait per step)."""
 
-    def __init__(self, step: Callable[[], object], seeds: int):
-        self.step, self.seeds = step, seeds
-        for _ in range(5):  # compilation, the allocator's first sizes
+    def __init__(self, step: Callable[[], object], seeds: int,
+                 device: torch.device | str = "cpu", warmup: int = 5):  # fmt: skip
+        self.step, self.seeds, self.device = step, seeds, torch.device(device)
+        for _ in range(warmup):  # compilation, graph capture, the allocator's first sizes
             step()
+        self.synchronize()
+
+    def synchronize(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
 
     def __call__(self, steps: int) -> float:
+        self.synchronize()
         start = time.perf_counter()
         for _ in range(steps):
             self.step()
+        self.synchronize()
         return steps * self.seeds / (time.perf_counter() - start)
 
     def close(self) -> None:
