@@ -182,3 +182,106 @@ def test_the_command_benchmark_refuses_cores_on_cuda(tmp_path: Path, monkeypatch
     with pytest.raises(SystemExit):
         module.main(["--official", str(tmp_path), "--lengths", "50", "20"])
     assert "--lengths 50 20" in capsys.readouterr().err
+
+
+def rounds_file(path: Path, rows: list[tuple[str, str, str, list[float], list[float]]]) -> Path:
+    """A command_side_by_side.py ``--out`` file of ``(task, variant, mode, official, command)``
+    rows, as that script writes it."""
+    data = {"meta": {"cpus": 2}, "rows": [
+        {"task": task, "variant": variant, "mode": mode, "runs": 1, "official": official,
+         "command": command, "per_run": [[c] for c in command], "step": [], "paths": []}
+        for task, variant, mode, official, command in rows
+    ]}  # fmt: skip
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_the_command_rounds_interval_is_students(monkeypatch) -> None:
+    """The mean's 95% interval against Student's t written out: with two degrees of freedom
+    the t distribution's CDF is 1/2 + t / (2 sqrt(2 + t^2)), so its 0.975 quantile is
+    sqrt(2 * 0.95^2 / (1 - 0.95^2))."""
+    module = load_script(BENCHMARKS / "speed" / "command_rounds.py", monkeypatch)
+    ratios = (3.0, 3.2, 3.4)  # mean 3.2, standard deviation 0.2
+    quantile = (2 * 0.95**2 / (1 - 0.95**2)) ** 0.5
+    half = quantile * 0.2 / 3**0.5
+    low, high = module.Cell("t", "v", "m", ratios).mean_interval()
+    assert low == pytest.approx(3.2 - half, rel=1e-12)
+    assert high == pytest.approx(3.2 + half, rel=1e-12)
+    assert module.Cell("t", "v", "m", (2.9,)).mean_interval() is None
+
+
+@pytest.mark.parametrize(
+    ("ratios", "verdict"),
+    [
+        ((3.0, 3.5), "every round"),
+        ((3.5, 3.6, 3.4, 3.5, 3.6, 3.4, 2.99), "mean above, not every round"),
+        ((2.5, 2.6, 2.55), "mean below"),
+        ((2.8, 3.2), "mean across"),
+        ((2.9,), "short"),
+    ],
+)
+def test_the_command_rounds_verdicts(ratios, verdict, monkeypatch) -> None:
+    module = load_script(BENCHMARKS / "speed" / "command_rounds.py", monkeypatch)
+    assert module.Cell("t", "v", "m", ratios).verdict(3.0) == verdict
+
+
+def test_the_command_rounds_pool_every_file_of_a_folder(tmp_path: Path, monkeypatch, capsys):
+    """Rounds of one cell are pooled across files, each ratio the command's rate over the
+    official code's in its round; other JSON files are passed over; rows come in the
+    table's order whatever the files' order."""
+    module = load_script(BENCHMARKS / "speed" / "command_rounds.py", monkeypatch)
+    rounds_file(tmp_path / "a.json", [("sraven", "linear", "single", [4.0], [12.0]),
+                                      ("fuzzy-logic", "softmax", "single", [20.0, 25.0],
+                                       [50.0, 80.0])])  # fmt: skip
+    rounds_file(tmp_path / "b.json", [("fuzzy-logic", "softmax", "single", [30.0], [96.0])])
+    recorded = json.loads((tmp_path / "b.json").read_text())
+    recorded["meta"]["processor"] = "AMD EPYC (family 25 model 17, AVX-512)"
+    (tmp_path / "b.json").write_text(json.dumps(recorded))
+    (tmp_path / "other.json").write_text(json.dumps({"rounds": [1, 2]}))
+    cells = module.collect(module.result_files([tmp_path]))
+    assert [(c.task, c.variant, c.mode) for c in cells] == [
+        ("fuzzy-logic", "softmax", "single"),
+        ("sraven", "linear", "single"),
+    ]
+    assert cells[0].ratios == (2.5, 3.2, 3.2) and cells[1].ratios == (3.0,)
+    assert module.main([str(tmp_path)]) == 0
+    table = capsys.readouterr().out
+    assert table.startswith(
+        "processors: not recorded (1 file); AMD EPYC (family 25 model 17, AVX-512) (1 file)\n\n|"
+    )
+    assert "| fuzzy-logic | softmax | single | 3 | 3.20x | 2 of 3 |" in table
+    assert "| sraven | linear | single | 1 | 3.00x | 1 of 1 | 3.00 |  | every round |" in table
+
+
+def test_the_command_rounds_refuse_what_they_cannot_read(tmp_path: Path, monkeypatch, capsys):
+    module = load_script(BENCHMARKS / "speed" / "command_rounds.py", monkeypatch)
+    assert module.main([str(tmp_path / "missing")]) == 2
+    assert "missing: no such file or folder" in capsys.readouterr().err
+    (tmp_path / "torn.json").write_text('{"rows": [')
+    assert module.main([str(tmp_path / "torn.json")]) == 2
+    assert "torn.json: not readable as JSON" in capsys.readouterr().err
+    rounds_file(tmp_path / "zero.json", [("sraven", "hyla", "cores", [0.0], [3.0])])
+    assert module.main([str(tmp_path / "zero.json")]) == 2
+    assert "sraven hyla cores has a rate that is not positive" in capsys.readouterr().err
+    (tmp_path / "empty").mkdir()
+    assert module.main([str(tmp_path / "empty")]) == 2
+    assert "no command_side_by_side.py rounds" in capsys.readouterr().err
+
+
+def test_the_command_benchmark_names_the_processor(tmp_path: Path, monkeypatch) -> None:
+    """Results name the CPU by family and model and vector width (cloud guests show every
+    EPYC as "AMD EPYC"), and by its model name alone where /proc/cpuinfo is not Linux's."""
+    script = BENCHMARKS / "speed" / "command_side_by_side.py"
+    monkeypatch.syspath_prepend(str(script.parent))
+    module = load_script(script, monkeypatch)
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(
+        "processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 1\n"
+        "model name\t: AMD EPYC\nflags\t\t: fpu sse2 avx2 fma\n\nprocessor\t: 1\n"
+        "cpu family\t: 25\nmodel\t\t: 1\nflags\t\t: fpu sse2 avx2 fma avx512f\n"
+    )
+    assert module.processor(cpuinfo) == "AMD EPYC (family 25 model 1, no AVX-512)"
+    cpuinfo.write_text(cpuinfo.read_text().replace("avx2 fma\n\n", "avx2 fma avx512f\n\n"))
+    assert module.processor(cpuinfo).endswith(", AVX-512)")
+    monkeypatch.setattr(module, "cpu_model", lambda: "Apple M3")
+    assert module.processor(tmp_path / "missing") == "Apple M3"

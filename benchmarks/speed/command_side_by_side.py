@@ -58,6 +58,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from reproduction.fuzzy_logic_section import task_config  # noqa: E402
 
+from latentlens.devices import cpu_model  # noqa: E402
 from latentlens.threads import available_cpus  # noqa: E402
 from latentlens.training import Trainer  # noqa: E402
 from speed.cpu_side_by_side import (  # noqa: E402
@@ -221,6 +222,24 @@ def step_rate(task: str, variant: str, steps: int, device: str = "cpu") -> float
     return StepTimer(trainer.train_step, 1, trainer.device)(steps)
 
 
+def processor(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """This CPU as the results name it: its model name, family and model, and whether it
+    has AVX-512 (cloud guests often show every EPYC as "AMD EPYC"); the model name alone
+    where ``cpuinfo`` is not Linux's."""
+    fields: dict[str, str] = {}
+    try:
+        for line in cpuinfo.read_text().splitlines():
+            name, _, value = line.partition(":")
+            fields.setdefault(name.strip(), value.strip())
+    except OSError:
+        return cpu_model()
+    if "cpu family" not in fields:
+        return cpu_model()
+    width = "AVX-512" if "avx512f" in fields.get("flags", "").split() else "no AVX-512"
+    return (f"{fields.get('model name', cpu_model())} (family {fields['cpu family']} model "
+            f"{fields.get('model', '?')}, {width})")  # fmt: skip
+
+
 def spread(values: list[float], digits: int = 1) -> str:
     ordered = sorted(values)
     middle = statistics.median(ordered)
@@ -298,7 +317,8 @@ def main(argv: list[str] | None = None) -> int:
                         args.out.write_text(json.dumps({"rows": rows}, indent=1))
     how = (f"runs to {lengths[0]} and {lengths[1]} steps" if lengths is not None
            else f"budgets {args.budgets[0]:g} and {args.budgets[1]:g} s")  # fmt: skip
-    where = f"{torch.cuda.get_device_name()}" if args.device == "cuda" else f"{cores} CPUs"
+    where = (f"{torch.cuda.get_device_name()}" if args.device == "cuda"
+             else f"{processor()}, {cores} CPUs")  # fmt: skip
     print(
         f"`latentlens train` beside the official JAX code on this machine ({where}, "
         f"torch {torch.__version__}); {args.rounds} rounds, {how}; steps/s, median "
@@ -320,7 +340,8 @@ def main(argv: list[str] | None = None) -> int:
             line += f"{spread(row['step']):>20}{spread(loop, 2):>22}"
         print(line)
     if args.out:
-        meta = {"cpus": cores, "device": args.device, "torch": torch.__version__,
+        meta = {"cpus": cores, "processor": processor(), "device": args.device,
+                "torch": torch.__version__,
                 "rounds": args.rounds, "budgets": args.budgets, "lengths": lengths,
                 "official_steps": args.official_steps}  # fmt: skip
         args.out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
