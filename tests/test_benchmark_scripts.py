@@ -266,6 +266,9 @@ def test_the_command_rounds_refuse_what_they_cannot_read(tmp_path: Path, monkeyp
     (tmp_path / "empty").mkdir()
     assert module.main([str(tmp_path / "empty")]) == 2
     assert "no command_side_by_side.py rounds" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        module.main([str(tmp_path / "zero.json"), "--target", "0"])
+    assert "--target 0: give a ratio above 0" in capsys.readouterr().err
 
 
 def test_the_command_benchmark_names_the_processor(tmp_path: Path, monkeypatch) -> None:
