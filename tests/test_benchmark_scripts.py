@@ -238,7 +238,7 @@ def test_the_command_rounds_pool_every_file_of_a_folder(tmp_path: Path, monkeypa
     recorded["meta"]["processor"] = "AMD EPYC (family 25 model 17, AVX-512)"
     (tmp_path / "b.json").write_text(json.dumps(recorded))
     (tmp_path / "other.json").write_text(json.dumps({"rounds": [1, 2]}))
-    cells = module.collect(module.result_files([tmp_path]))
+    cells = module.collect(module.read_outputs(module.result_files([tmp_path])))
     assert [(c.task, c.variant, c.mode) for c in cells] == [
         ("fuzzy-logic", "softmax", "single"),
         ("sraven", "linear", "single"),

@@ -27,6 +27,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from latentlens.reports.seeds import mean_std
+
 CONFIDENCE = 0.95
 # the order rows are shown in; others follow, in the order first met
 ORDER = {"task": ("fuzzy-logic", "fuzzy-logic-a1", "sraven"), "mode": ("single", "cores"),
@@ -88,18 +90,28 @@ def result_files(paths: list[Path]) -> list[Path]:
     return files
 
 
-def collect(files: list[Path]) -> list[Cell]:
-    """The cells of every ``command_side_by_side.py`` output among ``files``, their rounds
-    pooled, in :data:`ORDER`; raises ValueError for a file that is not JSON, a round
-    whose rates are not positive, or when no file held any rounds."""
-    pooled: dict[tuple[str, str, str], list[float]] = {}
+def read_outputs(files: list[Path]) -> dict[Path, dict]:
+    """The ``command_side_by_side.py`` outputs among ``files``, parsed once, by file;
+    raises ValueError for a file that is not JSON, or when none is such an output."""
+    outputs: dict[Path, dict] = {}
     for file in files:
         try:
             data = json.loads(file.read_text())
         except (OSError, json.JSONDecodeError) as err:
             raise ValueError(f"{file}: not readable as JSON ({err})") from None
-        if not is_command_rounds(data):
-            continue
+        if is_command_rounds(data):
+            outputs[file] = data
+    if not outputs:
+        raise ValueError("no command_side_by_side.py rounds in "
+                         + ", ".join(str(file) for file in files))  # fmt: skip
+    return outputs
+
+
+def collect(outputs: dict[Path, dict]) -> list[Cell]:
+    """The cells of :func:`read_outputs`'s ``outputs``, their rounds pooled, in
+    :data:`ORDER`; raises ValueError for a round whose rates are not positive."""
+    pooled: dict[tuple[str, str, str], list[float]] = {}
+    for file, data in outputs.items():
         for row in data["rows"]:
             pairs = list(zip(row["command"], row["official"], strict=True))
             if any(not (command > 0 and official > 0) for command, official in pairs):
@@ -107,9 +119,6 @@ def collect(files: list[Path]) -> list[Cell]:
                                  f"{row['mode']} has a rate that is not positive")  # fmt: skip
             key = (row["task"], row["variant"], row["mode"])
             pooled.setdefault(key, []).extend(command / official for command, official in pairs)
-    if not pooled:
-        raise ValueError("no command_side_by_side.py rounds in "
-                         + ", ".join(str(file) for file in files))  # fmt: skip
     cells = [Cell(*key, tuple(ratios)) for key, ratios in pooled.items()]
     return sorted(cells, key=lambda cell: tuple(rank(cell, field) for field in ORDER))
 
@@ -121,15 +130,13 @@ def rank(cell: Cell, field: str) -> int:
     return named.index(value) if value in named else len(named)
 
 
-def processors(files: list[Path]) -> dict[str, int]:
-    """How many of the ``command_side_by_side.py`` outputs among ``files`` each processor
-    ran (``meta.processor``; "not recorded" for files from before it was)."""
+def processors(outputs: dict[Path, dict]) -> dict[str, int]:
+    """How many of :func:`read_outputs`'s ``outputs`` each processor ran
+    (``meta.processor``; "not recorded" for files from before it was)."""
     counts: dict[str, int] = {}
-    for file in files:
-        data = json.loads(file.read_text())
-        if is_command_rounds(data):
-            name = data.get("meta", {}).get("processor", "not recorded")
-            counts[name] = counts.get(name, 0) + 1
+    for data in outputs.values():
+        name = data.get("meta", {}).get("processor", "not recorded")
+        counts[name] = counts.get(name, 0) + 1
     return counts
 
 
@@ -143,12 +150,11 @@ def table(cells: list[Cell], target: float) -> str:
     for cell in cells:
         met = sum(ratio >= target for ratio in cell.ratios)
         interval = cell.mean_interval()
-        spread = (f"{statistics.fmean(cell.ratios):.2f} ± {statistics.stdev(cell.ratios):.2f}"
-                  if len(cell.ratios) > 1 else f"{cell.ratios[0]:.2f}")  # fmt: skip
         shown = "" if interval is None else f"[{interval[0]:.2f}, {interval[1]:.2f}]"
         lines.append(
             f"| {cell.task} | {cell.variant} | {cell.mode} | {len(cell.ratios)} "
-            f"| {statistics.median(cell.ratios):.2f}x | {met} of {len(cell.ratios)} | {spread} "
+            f"| {statistics.median(cell.ratios):.2f}x | {met} of {len(cell.ratios)} "
+            f"| {mean_std(cell.ratios, digits=2)} "
             f"| {shown} | {cell.verdict(target)} |"
         )
     return "\n".join(lines)
@@ -162,12 +168,12 @@ def main(argv: list[str] | None = None) -> int:
     if not args.target > 0:
         parser.error(f"--target {args.target:g}: give a ratio above 0")
     try:
-        files = result_files(args.results)
-        cells = collect(files)
+        outputs = read_outputs(result_files(args.results))
+        cells = collect(outputs)
     except ValueError as err:
         print(f"command_rounds.py: {err}", file=sys.stderr)
         return 2
-    ran = processors(files)
+    ran = processors(outputs)
     shown = (f"{name} ({count} file{'s' * (count > 1)})" for name, count in ran.items())
     print("processors: " + "; ".join(shown))
     if len(ran.keys() - {"not recorded"}) > 1:
