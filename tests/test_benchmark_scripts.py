@@ -288,3 +288,51 @@ def test_the_command_benchmark_names_the_processor(tmp_path: Path, monkeypatch) 
     assert module.processor(cpuinfo).endswith(", AVX-512)")
     monkeypatch.setattr(module, "cpu_model", lambda: "Apple M3")
     assert module.processor(tmp_path / "missing") == "Apple M3"
+
+
+def test_thread_shares_sorts_samples_by_kind_of_code(monkeypatch) -> None:
+    """Each thread's samples (``perf script -F tid,ip,dso -G`` lines) as shares of its
+    own, by the library they fell in; the main thread's column first."""
+    module = load_script(BENCHMARKS / "speed" / "thread_shares.py", monkeypatch)
+    lines = [
+        "100      7feb6b4c032b (/tmp/perf-100.map)",
+        "100      7feb6b4c032c (/tmp/perf-100.map)",
+        "100      7feb9c41e02a (/x/torch/lib/libgomp.so.1)",
+        "100      2158 (/root/.cache/latentlens/kernels/ab12/attention_core.so)",
+        "101      7feb6b4c05de (/tmp/perf-100.map)",
+        "101      11 (/usr/lib/libpython3.11.so.1.0)",
+        "101      12 (/x/torch/lib/libtorch_cpu.so)",
+        "101      13 (/usr/lib/x86_64-linux-gnu/libc.so.6)",
+        "101      14 (/tmp/torchinductor_root/c5/c5xc.main.so)",
+        "101      15 ([kernel.kallsyms])",
+        "101      16 (/x/_ctypes.cpython-311-x86_64-linux-gnu.so)",
+        "101      17 (/x/libunknown.so)",
+        "101 ",  # a sample perf could not place: passed over
+        "",
+    ]
+    shares = module.thread_shares(lines)
+    assert shares[100] == {"oneDNN's matmul kernels": 0.5, "waiting in OpenMP": 0.25,
+                           "latentlens's C kernels": 0.25}  # fmt: skip
+    assert shares[101]["Python and PyTorch's bindings"] == pytest.approx(2 / 8)
+    for kind in (
+        "oneDNN's matmul kernels",
+        "libtorch (dispatch, oneDNN's set-up, allocation)",
+        "glibc (malloc, memset)",
+        "inductor's graph kernels",
+        "Linux kernel",
+        "other",
+    ):
+        assert shares[101][kind] == pytest.approx(1 / 8), kind  # fmt: skip
+    text = module.table(shares, main=101)
+    header, first = text.splitlines()[:2]
+    assert header.split() == ["main", "thread", "100"]
+    assert first.split()[-2:] == ["12.5%", "50.0%"]  # oneDNN: main 1 of 8, the other 2 of 4
+    last = text.splitlines()[-1]
+    assert last.startswith("waiting in OpenMP") and last.split()[-2:] == ["0.0%", "25.0%"]
+
+
+def test_thread_shares_says_when_perf_is_missing(monkeypatch) -> None:
+    module = load_script(BENCHMARKS / "speed" / "thread_shares.py", monkeypatch)
+    monkeypatch.setattr(module.shutil, "which", lambda name: None)
+    with pytest.raises(SystemExit, match="Linux perf was not found; install it"):
+        module.sample("fuzzy-logic", "softmax", 1.0, 100)
