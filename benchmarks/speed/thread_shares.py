@@ -21,6 +21,7 @@ of one's own).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -33,10 +34,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-# Kinds of code, in the order the table prints them, each with the library names (the file
-# name of a sample's shared object) that belong to it.
-KERNELS = ("attention_core", "layer_norm", "gelu_tanh", "transpose", "adamw", "bias_add",
-           "mlp")  # fmt: skip
+# latentlens's C kernels: one library per source in latentlens/kernels (found without
+# importing the package's torch-heavy modules)
+KERNEL_FOLDER = Path(importlib.util.find_spec("latentlens.kernels").submodule_search_locations[0])
+KERNELS = frozenset(source.stem for source in KERNEL_FOLDER.glob("*.c"))
+# Kinds of code, in the order the table prints them (:func:`kind_of` sorts a sample in)
 KINDS = (
     "oneDNN's matmul kernels",
     "latentlens's C kernels",
@@ -133,24 +135,9 @@ def sample(task: str, attention: str, seconds: float, frequency: int) -> str:
                     raise SystemExit(f"thread_shares.py: the training child exited with "
                                      f"{child.returncode} before it was warm")  # fmt: skip
                 time.sleep(0.5)
-            done = subprocess.run(
-                [
-                    perf,
-                    "record",
-                    "-F",
-                    str(frequency),
-                    "-g",
-                    "-p",
-                    str(child.pid),
-                    "-o",
-                    str(data),
-                    "--",
-                    "sleep",
-                    str(seconds),
-                ],  # fmt: skip
-                capture_output=True,
-                text=True,
-            )
+            record = [perf, "record", "-F", str(frequency), "-g", "-p", str(child.pid),
+                      "-o", str(data), "--", "sleep", str(seconds)]  # fmt: skip
+            done = subprocess.run(record, capture_output=True, text=True)
         finally:
             child.kill()
             child.wait()
