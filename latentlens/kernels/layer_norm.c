@@ -62,6 +62,19 @@ static inline void normalise_row(size_t c, const float *restrict sr, float total
     *rstd_out = rstd;
 }
 
+/* sr[j] = expression for the row's columns j, and their total. One branch-free loop per
+   case: a branch or a conditional load inside kept gcc from vectorising (with delta and
+   without delta_bias the loop ran element by element, 2.2x slower than with both). An
+   absent bias adds 0 as before: every float as it was, inf included, but -0 made +0. */
+#define SUM_ROW(expression)                                                                    \
+    do {                                                                                       \
+        _Pragma("omp simd reduction(+ : total)") for (size_t j = 0; j < c; j++) {             \
+            const float s = (expression);                                                      \
+            sr[j] = s;                                                                         \
+            total += s;                                                                        \
+        }                                                                                      \
+    } while (0)
+
 void add_layer_norm_forward(int threads, size_t n, size_t c, const float *restrict x,
                             const float *restrict delta, const float *restrict delta_bias,
                             const float *restrict weight, const float *restrict bias,
@@ -71,25 +84,16 @@ void add_layer_norm_forward(int threads, size_t n, size_t c, const float *restri
     for (size_t row = 0; row < n; row++) {
         const float *xr = x + row * c;
         float *sr = sum + row * c, *yr = y + row * c;
-        /* one branch-free loop per case (a branch inside kept gcc from vectorising);
-           an absent bias adds 0, which leaves every float, inf included, as it was */
+        const float *dr = delta ? delta + row * c : NULL;
         float total = 0.f;
-        if (delta) {
-            const float *dr = delta + row * c;
-#pragma omp simd reduction(+ : total)
-            for (size_t j = 0; j < c; j++) {
-                const float s = xr[j] + dr[j] + (delta_bias ? delta_bias[j] : 0.f);
-                sr[j] = s;
-                total += s;
-            }
-        } else {
-#pragma omp simd reduction(+ : total)
-            for (size_t j = 0; j < c; j++) {
-                const float s = xr[j] + (delta_bias ? delta_bias[j] : 0.f);
-                sr[j] = s;
-                total += s;
-            }
-        }
+        if (dr && delta_bias)
+            SUM_ROW(xr[j] + dr[j] + delta_bias[j]);
+        else if (dr)
+            SUM_ROW(xr[j] + dr[j] + 0.f);
+        else if (delta_bias)
+            SUM_ROW(xr[j] + delta_bias[j]);
+        else
+            SUM_ROW(xr[j] + 0.f);
         normalise_row(c, sr, total, weight, bias, eps, yr, mean_out + row, rstd_out + row);
     }
 }

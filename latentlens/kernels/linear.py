@@ -54,8 +54,10 @@ def linear(a: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None) -
 
 
 @cache
-def library() -> ctypes.CDLL:
-    lib = load("transpose")
+def library(defines: tuple[tuple[str, int], ...] = ()) -> ctypes.CDLL:
+    """``transpose.c``'s library, its whole blocks turned in vector registers where the
+    machine has AVX unless ``defines`` sets ``SCALAR_TRANSPOSE`` (the tests compare both)."""
+    lib = load("transpose", defines)
     size = ctypes.c_size_t
     lib.transpose.argtypes = [ctypes.c_int, size, size, ctypes.c_void_p, ctypes.c_void_p]
     return lib

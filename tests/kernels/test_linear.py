@@ -110,11 +110,16 @@ def test_narrow_outputs_are_left_to_pytorch() -> None:
     assert not linear_kernels.projects(linear_kernels.MIN_OUTPUTS - 1)
 
 
-@pytest.mark.parametrize("shape", [(2048, 256), (333, 77), (31, 1), (1, 40), (0, 5), (5, 0)])
+TRANSPOSE_SHAPES = [(2048, 256), (4608, 192), (333, 77), (40, 13), (7, 9), (31, 1), (1, 40),
+                    (0, 5), (5, 0)]  # fmt: skip
+
+
+@pytest.mark.parametrize("shape", TRANSPOSE_SHAPES)
 @pytest.mark.parametrize("threads", [1, 2, 3])
 def test_the_tiled_transpose_is_the_transpose(shape, threads) -> None:
-    """Shapes off the 32 x 32 tiles included (a ragged last tile each way), any thread
-    count, a transposed view as input: every element where the transpose puts it."""
+    """Shapes off the 32 x 32 tiles and the 8 x 8 blocks included (ragged last tiles and
+    blocks each way), any thread count, a transposed view as input: every element where
+    the transpose puts it."""
     x = torch.arange(shape[0] * shape[1], dtype=torch.float32).view(shape)
     view = torch.randn(shape[1], shape[0], generator=torch.Generator().manual_seed(0))
     previous = torch.get_num_threads()
@@ -125,6 +130,19 @@ def test_the_tiled_transpose_is_the_transpose(shape, threads) -> None:
         torch.set_num_threads(previous)
     assert out.shape == (shape[1], shape[0]) and out.is_contiguous()
     assert torch.equal(out, x.T) and torch.equal(back, view)
+
+
+@pytest.mark.parametrize("shape", TRANSPOSE_SHAPES)
+def test_the_vector_blocks_copy_what_the_element_loop_copies(shape) -> None:
+    """The build that turns 8 x 8 blocks in registers (where the machine has AVX) and the
+    one that copies element by element write the same array, both the transpose."""
+    x = torch.randn(shape, generator=torch.Generator().manual_seed(1))
+    outs = []
+    for defines in ((), (("SCALAR_TRANSPOSE", 1),)):
+        out = x.new_full((shape[1], shape[0]), float("nan"))
+        linear_kernels.library(defines).transpose(2, *shape, x.data_ptr(), out.data_ptr())
+        outs.append(out)
+    assert torch.equal(outs[0], x.T) and torch.equal(outs[1], x.T)
 
 
 @pytest.mark.parametrize("outputs, inputs, rows", MODEL_SHAPES[:-1])
