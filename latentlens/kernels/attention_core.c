@@ -554,13 +554,13 @@ INLINE void forward_heads_slice(const Spec *p, int b0, int b1, const float *q, c
         for (int i = 0; i < p->Q; i++) {
             const int n = keys_seen(p, i);
             query_by_head(p, q, b, i, qs);
-            for (int g = 0; g < HV; g++) top[g] = hsplat(-INFINITY);
-            for (int j = 0; j < n; j++)
-                for (int g = 0; g < HV; g++) {
-                    pat[j * HV + g] = head_score(p, qs, bias_t, kh, i, j, g);
-                    top[g] = hmaximum(top[g], pat[j * HV + g]);
-                }
-            if (p->norm == 0) {
+            if (p->norm == 0) { /* softmax's pattern; without it each score is used at once */
+                for (int g = 0; g < HV; g++) top[g] = hsplat(-INFINITY);
+                for (int j = 0; j < n; j++)
+                    for (int g = 0; g < HV; g++) {
+                        pat[j * HV + g] = head_score(p, qs, bias_t, kh, i, j, g);
+                        top[g] = hmaximum(top[g], pat[j * HV + g]);
+                    }
                 hf total[HV];
                 for (int g = 0; g < HV; g++) total[g] = hsplat(0.f);
                 for (int j = 0; j < n; j++)
@@ -581,7 +581,9 @@ INLINE void forward_heads_slice(const Spec *p, int b0, int b1, const float *q, c
             for (int j = 0; j < n; j++) {
                 const float keep = drop ? drop[(size_t)i * p->KP + j] : 1.f;
                 for (int g = 0; g < HV; g++) {
-                    const hf ad = drop ? pat[j * HV + g] * keep : pat[j * HV + g];
+                    const hf a =
+                        p->norm == 0 ? pat[j * HV + g] : head_score(p, qs, bias_t, kh, i, j, g);
+                    const hf ad = drop ? a * keep : a;
                     for (int e = 0; e < E; e++)
                         zs[e * HV + g] = hfma(ad, vh[((size_t)j * E + e) * HV + g], zs[e * HV + g]);
                 }
@@ -594,10 +596,30 @@ INLINE void forward_heads_slice(const Spec *p, int b0, int b1, const float *q, c
     free(w.kh);
 }
 
+INLINE void zero_heads(hf *x, int vectors) {
+    for (int v = 0; v < vectors; v++) x[v] = hsplat(0.f);
+}
+
+/* A score gradient ds's share of query i's dq (dqs), key j's dk (dkh) and, where
+   `biased`, the bias's gradient (bias_sum), for the g-th vector of heads. */
+INLINE void head_score_gradient(const Spec *p, hf ds, const hf *restrict qs,
+                                const hf *restrict kh, int i, int j, int g, hf *restrict dqs,
+                                hf *restrict dkh, int biased, hf *restrict bias_sum) {
+    const int D = p->D, HV = head_vectors(p);
+    if (biased) bias_sum[((size_t)i * p->K + j) * HV + g] += ds;
+    for (int d = 0; d < D; d++) {
+        const size_t at = ((size_t)j * D + d) * HV + g;
+        dqs[d * HV + g] = hfma(ds, kh[at], dqs[d * HV + g]);
+        dkh[at] = hfma(qs[d * HV + g], ds, dkh[at]);
+    }
+}
+
 /* The backward pass, query by query: one pass over the keys recomputes the pattern (the
    forward pass's, bit for bit: the same score and, for softmax, exp(s - top) * inverse from
    the saved rows) and takes da through dropout, dv and softmax's sum of a * da; a second
-   turns da into ds and ds into dq, dk and the bias's gradient. */
+   turns da into ds and ds into dq, dk and the bias's gradient. Without a normalisation ds
+   is da, and the first pass takes it at once (the same sums in the same order, no pattern
+   or da stored and read back). */
 INLINE void backward_heads_slice(const Spec *p, int b0, int b1, const float *q,
                                  const float *k, const float *v, const float *bias_t,
                                  const float *drop, const float *rows, const float *dz,
@@ -624,6 +646,9 @@ INLINE void backward_heads_slice(const Spec *p, int b0, int b1, const float *q,
                 }
             }
             for (int x = 0; x < E * HV; x++) dzs[x] = hsplat(0.f);
+            /* dq's sums start at the pass that takes them (zeroed before softmax's first
+               pass, its backward ran 3-4% slower at SRAVEN's shapes) */
+            if (p->norm != 0) zero_heads(dqs, D * HV);
             const float *dzq = dz + b * p->dz_batch + i * p->dz_pos;
             for (int h = 0; h < H; h++)
                 for (int e = 0; e < E; e++)
@@ -641,23 +666,24 @@ INLINE void backward_heads_slice(const Spec *p, int b0, int b1, const float *q,
                         dvh[at] = hfma(ad, dzs[e * HV + g], dvh[at]);
                     }
                     if (drop) da *= keep;
-                    pat[j * HV + g] = a;
-                    grad[j * HV + g] = da;
-                    if (p->norm == 0) dot[g] = hfma(a, da, dot[g]);
+                    if (p->norm == 0) {
+                        pat[j * HV + g] = a;
+                        grad[j * HV + g] = da;
+                        dot[g] = hfma(a, da, dot[g]);
+                    } else /* ds = da: taken at once, in the same order */
+                        head_score_gradient(p, da, qs, kh, i, j, g, dqs, dkh, dbias != NULL,
+                                            bias_sum);
                 }
             }
-            for (int x = 0; x < D * HV; x++) dqs[x] = hsplat(0.f);
-            for (int j = 0; j < n; j++)
-                for (int g = 0; g < HV; g++) {
-                    const hf da = grad[j * HV + g];
-                    const hf ds = p->norm == 0 ? pat[j * HV + g] * (da - dot[g]) : da;
-                    if (dbias) bias_sum[((size_t)i * K + j) * HV + g] += ds;
-                    for (int d = 0; d < D; d++) {
-                        const size_t at = ((size_t)j * D + d) * HV + g;
-                        dqs[d * HV + g] = hfma(ds, kh[at], dqs[d * HV + g]);
-                        dkh[at] = hfma(qs[d * HV + g], ds, dkh[at]);
+            if (p->norm == 0) { /* softmax's ds needs every key's a da first */
+                zero_heads(dqs, D * HV);
+                for (int j = 0; j < n; j++)
+                    for (int g = 0; g < HV; g++) {
+                        const hf ds = pat[j * HV + g] * (grad[j * HV + g] - dot[g]);
+                        head_score_gradient(p, ds, qs, kh, i, j, g, dqs, dkh, dbias != NULL,
+                                            bias_sum);
                     }
-                }
+            }
             float *dqi = dq + b * p->q_batch + i * p->q_pos;
             for (int h = 0; h < H; h++)
                 for (int d = 0; d < D; d++)
