@@ -1,9 +1,9 @@
 /* dst [cols, rows] = src [rows, cols]^T (row-major float32, contiguous): a copy, so the
    same bits on any thread count. In square tiles, so that a tile's rows of src and of dst
-   stay in cache while it is turned; the threads share the tiles. Where
-   PyTorch copies a transposed view element by element with the view's strides (0.6 ms
-   for 2,048 x 256 on 2 threads of an AVX2 EPYC), the weight gradients' operands on oneDNN
-   were a tenth of a fused-compile step.
+   stay in cache while it is turned; the threads share the tiles. Where PyTorch copies a
+   transposed view element by element with the view's strides (0.6 ms for 2,048 x 256 on
+   2 threads of an AVX2 EPYC), the weight gradients' operands on oneDNN were a tenth of a
+   fused-compile step.
 
    Inside a tile, each whole 8 x 8 block is turned in eight AVX registers (eight loads, 24
    shuffles, eight stores) where the machine has AVX; element by element, the block's
