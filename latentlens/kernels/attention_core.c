@@ -522,10 +522,15 @@ INLINE void keys_by_head(const Spec *p, const float *k, const float *v, int b, H
         }
 }
 
+/* x's first `vectors` vectors of heads set to zero. */
+INLINE void zero_heads(hf *x, int vectors) {
+    for (int v = 0; v < vectors; v++) x[v] = hsplat(0.f);
+}
+
 /* Query i's scaled q [D][HV] (zero past H). */
 INLINE void query_by_head(const Spec *p, const float *q, int b, int i, hf *qs) {
     const int D = p->D, HV = head_vectors(p);
-    for (int x = 0; x < D * HV; x++) qs[x] = hsplat(0.f);
+    zero_heads(qs, D * HV);
     for (int h = 0; h < p->H; h++)
         for (int d = 0; d < D; d++)
             ((float *)qs)[(size_t)d * HV * HEAD_LANES + h] =
@@ -562,7 +567,7 @@ INLINE void forward_heads_slice(const Spec *p, int b0, int b1, const float *q, c
                         top[g] = hmaximum(top[g], pat[j * HV + g]);
                     }
                 hf total[HV];
-                for (int g = 0; g < HV; g++) total[g] = hsplat(0.f);
+                zero_heads(total, HV);
                 for (int j = 0; j < n; j++)
                     for (int g = 0; g < HV; g++) {
                         pat[j * HV + g] = hexp_nonpositive(pat[j * HV + g] - top[g]);
@@ -577,7 +582,7 @@ INLINE void forward_heads_slice(const Spec *p, int b0, int b1, const float *q, c
                     row[2 * h + 1] = ((const float *)inverse)[h];
                 }
             }
-            for (int x = 0; x < E * HV; x++) zs[x] = hsplat(0.f);
+            zero_heads(zs, E * HV);
             for (int j = 0; j < n; j++) {
                 const float keep = drop ? drop[(size_t)i * p->KP + j] : 1.f;
                 for (int g = 0; g < HV; g++) {
@@ -594,10 +599,6 @@ INLINE void forward_heads_slice(const Spec *p, int b0, int b1, const float *q, c
         }
     }
     free(w.kh);
-}
-
-INLINE void zero_heads(hf *x, int vectors) {
-    for (int v = 0; v < vectors; v++) x[v] = hsplat(0.f);
 }
 
 /* A score gradient ds's share of query i's dq (dqs), key j's dk (dkh) and, where
@@ -645,7 +646,7 @@ INLINE void backward_heads_slice(const Spec *p, int b0, int b1, const float *q,
                     ((float *)inverse)[h] = row[2 * h + 1];
                 }
             }
-            for (int x = 0; x < E * HV; x++) dzs[x] = hsplat(0.f);
+            zero_heads(dzs, E * HV);
             /* dq's sums start at the pass that takes them (zeroed before softmax's first
                pass, its backward ran 3-4% slower at SRAVEN's shapes) */
             if (p->norm != 0) zero_heads(dqs, D * HV);
