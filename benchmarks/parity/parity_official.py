@@ -26,8 +26,10 @@ the two data distributions.
 
 With ``--serve`` it times training steps for ``cpu_side_by_side.py``: after 5 warm-up
 steps (compilation) it prints ``ready``, then for each line ``N`` read from stdin times ``N``
-whole training steps (the loader's draw, forward, backward, AdamW; the loss read back each
-step, as ``train`` does) and prints their steps per second, until stdin closes. The thread
+whole training steps (the loader's draw, forward, backward, AdamW; the last step's loss
+read back, so that the time covers every step's work, and no other: the official ``run.py``
+reads metrics every ``log_every`` = 1,000 steps, and a read each step would keep its steps
+from queueing on a GPU) and prints their steps per second, until stdin closes. The thread
 count is XLA's: the caller sets ``XLA_FLAGS`` (without it, one thread, as the parity runs
 use).
 
@@ -298,7 +300,7 @@ def serve(official: dict[str, Any], spec: dict[str, Any]) -> None:
         nonlocal state
         for _ in range(steps):
             state, metrics = exp.train_step(state, next(batches))
-            float(metrics["loss"])
+        float(metrics["loss"])  # depends on every step before it
 
     run(5)
     print("ready", flush=True)
