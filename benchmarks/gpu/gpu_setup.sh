@@ -1,7 +1,8 @@
 # Sourced by the device scripts (gpu_ablations.sh, gpu_sraven_hyla.sh, gpu_sraven_lease.py's
 # commands) from the repository root: the wheels the GPU image lacks, carried in .whl/
-# (which, and how to fetch them: benchmarks/results/command_cuda_h200_2026-12-04/README.md), put on the import path (installed once per machine: a warm machine
-# keeps /tmp/site between commands); unbuffered output; CUDA MPS, so that several training
+# (which, and how to fetch them: benchmarks/results/command_cuda_h200_2026-12-04/README.md),
+# put on the import path (installed once per machine: a warm machine keeps /tmp/site
+# between commands); unbuffered output; CUDA MPS, so that several training
 # processes' small kernels overlap on the GPU; and the device's name and torch version into
 # OUT/device.txt.
 #   source benchmarks/gpu/gpu_setup.sh OUT
