@@ -24,7 +24,8 @@
 #             official code on the card (command_side_by_side.py --device cuda), fuzzy logic,
 #             one round per variant (about 4 min each: name fewer in VARIANTS on a short
 #             lease); needs OFFICIAL, a checkout of smonsays/hypernetwork-attention carried
-#             to the machine. Not in the default list: it needs that checkout.
+#             to the machine, and the wheels the image lacks on the import path (as
+#             gpu_setup.sh puts them). Not in the default list: it needs that checkout.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 if [[ $# -lt 1 ]]; then

@@ -8,11 +8,12 @@ its neighbours hits both sides of a round alike.
 
 ``PATH`` is a checkout of smonsays/hypernetwork-attention; the official code trains in its own
 process (``parity_official.py --serve``: the loader's draw, forward, backward, AdamW, the
-loss read back each step), with JAX's memory preallocation off so that both fit on the
-card. latentlens's modes, each a :class:`~latentlens.training.Trainer` in this process:
-``eager`` (what ``latentlens train --device cuda`` runs without flags), ``graphs``
-(``--cuda-graphs``) and ``graphs-compile`` (``--cuda-graphs --compile``), in strict
-float32 (the official code leaves JAX's default matmul precision, TF32 on Hopper). Tasks
+loss read back once per timed request, as its ``run.py`` reads metrics every 1,000 steps),
+with JAX's memory preallocation off so that both fit on the card. latentlens's modes,
+each a :class:`~latentlens.training.Trainer` in this process: ``eager`` (what
+``latentlens train --device cuda`` ran without flags before the path was chosen),
+``graphs`` (``--cuda-graphs``) and ``graphs-compile`` (``--cuda-graphs --compile``), in
+strict float32 (the official code leaves JAX's default matmul precision, TF32 on Hopper). Tasks
 are ``cpu_side_by_side.py``'s: ``fuzzy-logic`` (the reference's T = 16, batch 128) and
 ``sraven-default`` (the reference's 4 features of 8 values, 4 layers, batch 128) among them.
 Each row is printed (and written to ``--out``) as it is measured; ``--deadline`` stops
