@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -336,3 +338,48 @@ def test_thread_shares_says_when_perf_is_missing(monkeypatch) -> None:
     monkeypatch.setattr(module.shutil, "which", lambda name: None)
     with pytest.raises(SystemExit, match="Linux perf was not found; install it"):
         module.sample("fuzzy-logic", "softmax", 1.0, 100)
+
+
+def test_core_distance_sorts_timings_by_where_the_cores_sat(monkeypatch, capsys) -> None:
+    """A timing counts as near or far apart only where both of its probes agree; each
+    side's medians, and latentlens's rate against the official step's, per place."""
+    module = load_script(BENCHMARKS / "speed" / "core_distance.py", monkeypatch)
+    timings = [
+        {"side": "latentlens", "round_trip_ns": [80, 90], "step_ms": 10.0},
+        {"side": "official", "round_trip_ns": [90, 85], "step_ms": 40.0},
+        {"side": "latentlens", "round_trip_ns": [85, 400], "step_ms": 99.0},  # a move: out
+        {"side": "official", "round_trip_ns": [400, 350], "step_ms": 42.0},
+        {"side": "latentlens", "round_trip_ns": [350, 360], "step_ms": 14.0},
+    ]
+    assert [module.place_of(t, 200.0) for t in timings] == ["near", "near", None, "far", "far"]
+    module.report(timings, 200.0)
+    out = capsys.readouterr().out
+    assert "latentlens: far apart, the step takes 1.400x as long" in out
+    assert "official: far apart, the step takes 1.050x as long" in out
+    assert "near: latentlens's step at 4.00x the official step's rate" in out
+    assert "far: latentlens's step at 3.00x the official step's rate" in out
+
+
+def test_core_distance_lists_the_operators_that_grow_far_apart(monkeypatch, capsys) -> None:
+    module = load_script(BENCHMARKS / "speed" / "core_distance.py", monkeypatch)
+    near = {"mm": 6.0, "norm": 0.1}
+    timings = [
+        {"side": "latentlens", "round_trip_ns": [80, 80], "step_ms": 9.0, "operators_ms": near},
+        {"side": "latentlens", "round_trip_ns": [400, 400], "step_ms": 9.9,
+         "operators_ms": {"mm": 6.2, "norm": 0.4, "new": 0.05}},
+    ]  # fmt: skip
+    module.operator_growth(timings, 200.0, rows=2)
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in lines[1:]] == ["norm", "mm"]  # +0.3, then +0.2
+    assert lines[1].split()[1:] == ["0.100", "0.400", "+0.300"]
+    module.operator_growth(timings[:1], 200.0, rows=2)
+    assert "no timing both near and far apart" in capsys.readouterr().out
+
+
+def test_core_distance_measures_a_round_trip(monkeypatch) -> None:
+    """The probe builds and bounces a line between this process's first two CPUs: a
+    positive time, under a millisecond a trip even on a loaded machine."""
+    if len(os.sched_getaffinity(0)) < 2 or shutil.which("gcc") is None:
+        pytest.skip("needs two CPUs and gcc")
+    module = load_script(BENCHMARKS / "speed" / "core_distance.py", monkeypatch)
+    assert 0 < module.round_trip_ns(trips=200) < 1e6
