@@ -383,3 +383,13 @@ def test_core_distance_measures_a_round_trip(monkeypatch) -> None:
         pytest.skip("needs two CPUs and gcc")
     module = load_script(BENCHMARKS / "speed" / "core_distance.py", monkeypatch)
     assert 0 < module.round_trip_ns(trips=200) < 1e6
+
+
+def test_core_distance_says_when_its_probe_does_not_build(monkeypatch) -> None:
+    if shutil.which("gcc") is None and shutil.which("cc") is None:
+        pytest.skip("needs a C compiler")
+    module = load_script(BENCHMARKS / "speed" / "core_distance.py", monkeypatch)
+    monkeypatch.setattr(module, "PROBE_C", "int main( {")
+    module.probe.cache_clear()
+    with pytest.raises(SystemExit, match=r"could not build the probe: .*error"):
+        module.probe()

@@ -100,8 +100,13 @@ def probe() -> Path:
     folder = Path(tempfile.mkdtemp(prefix="core-distance-"))
     (folder / "probe.c").write_text(PROBE_C)
     binary = folder / "probe"
-    subprocess.run([compiler, "-O2", "-pthread", "-o", str(binary), str(folder / "probe.c")],
-                   check=True, capture_output=True)  # fmt: skip
+    source = str(folder / "probe.c")
+    built = subprocess.run([compiler, "-O2", "-pthread", "-o", str(binary), source],
+                           capture_output=True, text=True)  # fmt: skip
+    if built.returncode:
+        lines = built.stderr.splitlines()
+        first = next((line for line in lines if "error" in line), lines[-1] if lines else "")
+        raise SystemExit(f"core_distance.py: {compiler} could not build the probe: {first}")
     return binary
 
 

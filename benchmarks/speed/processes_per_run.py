@@ -110,6 +110,14 @@ def worker(
     pipe.send(torch.cat([p.detach().reshape(-1) for p in trainer.model.parameters()]).numpy())
 
 
+def answer(pipe: Connection) -> object:
+    """A worker's next message; a one-line error where the worker has died."""
+    try:
+        return pipe.recv()
+    except EOFError:
+        raise SystemExit("error: a worker process stopped (see its error above)") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--task", default="fuzzy-logic")
@@ -136,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
             workers.append(process)
             pipes[name].append(mine)
     for pipe in [*pipes["one process"], *pipes["two processes"]]:
-        if pipe.recv() != "ready":
+        if answer(pipe) != "ready":
             raise SystemExit("a worker failed to start")
     rounds: dict[str, list[float]] = {name: [] for name in pipes}
     names = list(pipes)
@@ -144,14 +152,14 @@ def main(argv: list[str] | None = None) -> int:
         for name in names if index % 2 == 0 else names[::-1]:
             for pipe in pipes[name]:
                 pipe.send(args.steps)
-            rounds[name].append(max(pipe.recv() for pipe in pipes[name]))
+            rounds[name].append(max(answer(pipe) for pipe in pipes[name]))
         one, two = rounds["one process"][-1], rounds["two processes"][-1]
         print(f"one process {one:7.2f} ms   two processes {two:7.2f} ms   {one / two:.3f}x",
               flush=True)  # fmt: skip
     for pipe in [*pipes["one process"], *pipes["two processes"]]:
         pipe.send(None)
-    first, second = (pipe.recv() for pipe in pipes["two processes"])
-    pipes["one process"][0].recv()
+    first, second = (answer(pipe) for pipe in pipes["two processes"])
+    answer(pipes["one process"][0])
     if args.reduce == "gloo" and not (first == second).all():  # the all-reduce's check
         raise SystemExit("the two processes' parameters differ after all-reduced steps")
     for process in workers:
