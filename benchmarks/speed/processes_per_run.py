@@ -20,8 +20,10 @@ run would (at the end the two replicas' parameters must be equal, else it fails)
 none`` leaves that out (the replicas then drift apart, which leaves the time of a step
 alike): the bound a cheaper all-reduce could reach. The two setups take turns of ``--steps``
 steps (the first alternating, only one running at a time), the pair's turn lasting as long
-as its slower process; each round prints both and their ratio. A diagnosis; the claim is
-the command's (``command_side_by_side.py``).
+as its slower process; each round prints both and their ratio, and the round trip of a
+cache line between the two cores before and after it (``core_distance.py``), so that the
+end gives the ratio's median over the rounds with the cores near and far apart too. A
+diagnosis; the claim is the command's (``command_side_by_side.py``).
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from latentlens.training import TrainConfig  # noqa: E402
 from latentlens.training.distributed import DistributedContext  # noqa: E402
+from speed.core_distance import FAR_NS, place_of, round_trip_ns  # noqa: E402
 
 WARMUP_STEPS = 20
 PAIR = 2
@@ -118,6 +121,29 @@ def answer(pipe: Connection) -> object:
         raise SystemExit("error: a worker process stopped (see its error above)") from None
 
 
+def take_turns(
+    pipes: dict[str, list[Connection]], rounds: int, steps: int
+) -> tuple[dict[str, list[float]], list[list[float]]]:
+    """``rounds`` rounds of a turn of ``steps`` steps for each setup (the first
+    alternating): each setup's milliseconds a step per round (a pair's: its slower
+    process's), and each round's round trips between the cores before and after it
+    (:mod:`speed.core_distance`; the workers idle then)."""
+    times: dict[str, list[float]] = {name: [] for name in pipes}
+    trips = []
+    names = list(pipes)
+    for index in range(rounds):
+        before = round_trip_ns()
+        for name in names if index % 2 == 0 else names[::-1]:
+            for pipe in pipes[name]:
+                pipe.send(steps)
+            times[name].append(max(answer(pipe) for pipe in pipes[name]))
+        trips.append([before, round_trip_ns()])
+        one, two = times["one process"][-1], times["two processes"][-1]
+        print(f"round trip {trips[-1][0]:4.0f} {trips[-1][1]:4.0f} ns   one process {one:7.2f} "
+              f"ms   two processes {two:7.2f} ms   {one / two:.3f}x", flush=True)  # fmt: skip
+    return times, trips
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--task", default="fuzzy-logic")
@@ -146,16 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     for pipe in [*pipes["one process"], *pipes["two processes"]]:
         if answer(pipe) != "ready":
             raise SystemExit("a worker failed to start")
-    rounds: dict[str, list[float]] = {name: [] for name in pipes}
-    names = list(pipes)
-    for index in range(args.rounds):
-        for name in names if index % 2 == 0 else names[::-1]:
-            for pipe in pipes[name]:
-                pipe.send(args.steps)
-            rounds[name].append(max(answer(pipe) for pipe in pipes[name]))
-        one, two = rounds["one process"][-1], rounds["two processes"][-1]
-        print(f"one process {one:7.2f} ms   two processes {two:7.2f} ms   {one / two:.3f}x",
-              flush=True)  # fmt: skip
+    rounds, trips = take_turns(pipes, args.rounds, args.steps)
     for pipe in [*pipes["one process"], *pipes["two processes"]]:
         pipe.send(None)
     first, second = (answer(pipe) for pipe in pipes["two processes"])
@@ -169,9 +186,17 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{args.task} {args.attention}, all-reduce {args.reduce}: two processes at "
           f"{statistics.median(ratios):.3f}x [{min(ratios):.3f}-{max(ratios):.3f}] one "
           f"(median [range] of {args.rounds} rounds; faster in {faster})")  # fmt: skip
+    for place in ("near", "far"):
+        alike = [r for r, t in zip(ratios, trips, strict=True)
+                 if place_of({"round_trip_ns": t}, FAR_NS) == place]  # fmt: skip
+        if alike:
+            print(f"  the cores {place} (both probes {'above' if place == 'far' else 'below'} "
+                  f"{FAR_NS:.0f} ns): {statistics.median(alike):.3f}x, median of "
+                  f"{len(alike)}")  # fmt: skip
     if args.out:
         result = {"task": args.task, "attention": args.attention, "reduce": args.reduce,
-                  "steps_a_turn": args.steps, "rounds_ms": rounds, "ratios": ratios}  # fmt: skip
+                  "steps_a_turn": args.steps, "rounds_ms": rounds, "ratios": ratios,
+                  "round_trip_ns": trips}  # fmt: skip
         args.out.write_text(json.dumps(result, indent=1) + "\n")
     return 0
 
