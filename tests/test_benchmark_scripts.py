@@ -393,3 +393,30 @@ def test_core_distance_says_when_its_probe_does_not_build(monkeypatch) -> None:
     module.probe.cache_clear()
     with pytest.raises(SystemExit, match=r"could not build the probe: .*error"):
         module.probe()
+
+
+def test_processes_per_run_times_a_pair_by_its_slower_process(monkeypatch, capsys) -> None:
+    """Each round: a probe of the cores' distance, a turn of each setup (the pair's time is
+    its slower process's, the first turn alternating), a probe after."""
+    module = load_script(BENCHMARKS / "speed" / "processes_per_run.py", monkeypatch)
+    sent: list[str] = []
+
+    class Pipe:
+        def __init__(self, name: str, ms: float) -> None:
+            self.name, self.ms = name, ms
+
+        def send(self, steps: int) -> None:
+            sent.append(self.name)
+
+        def recv(self) -> float:
+            return self.ms
+
+    probes = iter([80.0, 90.0, 400.0, 350.0])
+    monkeypatch.setattr(module, "round_trip_ns", lambda: next(probes))
+    pipes = {"one process": [Pipe("one", 10.0)],
+             "two processes": [Pipe("rank 0", 8.0), Pipe("rank 1", 12.5)]}  # fmt: skip
+    times, trips = module.take_turns(pipes, rounds=2, steps=5)
+    assert times == {"one process": [10.0, 10.0], "two processes": [12.5, 12.5]}
+    assert trips == [[80.0, 90.0], [400.0, 350.0]]
+    assert sent == ["one", "rank 0", "rank 1", "rank 0", "rank 1", "one"]
+    assert "0.800x" in capsys.readouterr().out
