@@ -351,7 +351,8 @@ def test_core_distance_sorts_timings_by_where_the_cores_sat(monkeypatch, capsys)
         {"side": "official", "round_trip_ns": [400, 350], "step_ms": 42.0},
         {"side": "latentlens", "round_trip_ns": [350, 360], "step_ms": 14.0},
     ]
-    assert [module.place_of(t, 200.0) for t in timings] == ["near", "near", None, "far", "far"]
+    places = [module.place_of(t["round_trip_ns"], 200.0) for t in timings]
+    assert places == ["near", "near", None, "far", "far"]
     module.report(timings, 200.0)
     out = capsys.readouterr().out
     assert "latentlens: far apart, the step takes 1.400x as long" in out

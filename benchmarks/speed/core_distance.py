@@ -152,11 +152,11 @@ def step_by_distance(
     from latentlens.training import TrainConfig
     from speed.cpu_side_by_side import official_server, task_spec
     from speed.host_share import trainer_for
+    from speed.traced_step import WARMUP_STEPS, milliseconds_a_step
 
     torch.set_num_threads(2)
     trainer = trainer_for(task, attention, TrainConfig.for_task(task).batch_size)
-    for _ in range(20):
-        trainer.train_step()
+    milliseconds_a_step(trainer, WARMUP_STEPS)
     server = None
     if official is not None:
         spec = {**task_spec(OFFICIAL_SPECS[task], attention), "steps": OFFICIAL_BATCHES}
@@ -167,13 +167,10 @@ def step_by_distance(
 
     def ours() -> float:
         with profiled(table) if operators else contextlib.nullcontext():
-            start = time.perf_counter()
-            for _ in range(steps):
-                trainer.train_step()
-            wall = time.perf_counter() - start
+            step_ms = milliseconds_a_step(trainer, steps)
         for name in table:
             table[name] /= steps
-        return wall / steps * 1e3
+        return step_ms
 
     sides = {"latentlens": ours}
     if server is not None:
@@ -199,10 +196,10 @@ def step_by_distance(
     return timings
 
 
-def place_of(timing: dict, far_ns: float) -> str | None:
-    """``near`` or ``far`` where a timing's two probes agree; None where they straddle a
-    move of the cores."""
-    far = [ns > far_ns for ns in timing["round_trip_ns"]]
+def place_of(trips: list[float], far_ns: float) -> str | None:
+    """``near`` or ``far`` where a timing's two probes (round trips, ns) agree; None where
+    they straddle a move of the cores."""
+    far = [ns > far_ns for ns in trips]
     return ("far" if all(far) else "near") if all(far) or not any(far) else None
 
 
@@ -212,8 +209,8 @@ def report(timings: list[dict], far_ns: float) -> None:
     medians = {}
     for side in dict.fromkeys(t["side"] for t in timings):
         for place in ("near", "far"):
-            times = [t["step_ms"] for t in timings
-                     if t["side"] == side and place_of(t, far_ns) == place]  # fmt: skip
+            times = [t["step_ms"] for t in timings if t["side"] == side
+                     and place_of(t["round_trip_ns"], far_ns) == place]  # fmt: skip
             if times:
                 medians[side, place] = statistics.median(times)
                 print(f"{side}, {place} (round trip {'above' if place == 'far' else 'below'} "
@@ -233,7 +230,7 @@ def operator_growth(timings: list[dict], far_ns: float, rows: int) -> None:
     (medians over each place's timings)."""
     by_place: dict[str, list[dict[str, float]]] = {"near": [], "far": []}
     for timing in timings:
-        if "operators_ms" in timing and (place := place_of(timing, far_ns)):
+        if "operators_ms" in timing and (place := place_of(timing["round_trip_ns"], far_ns)):
             by_place[place].append(timing["operators_ms"])
     if not (by_place["near"] and by_place["far"]):
         print("operators: no timing both near and far apart; run longer")

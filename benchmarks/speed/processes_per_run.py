@@ -34,7 +34,6 @@ import multiprocessing as mp
 import os
 import statistics
 import sys
-import time
 from multiprocessing.connection import Connection
 from pathlib import Path
 
@@ -45,7 +44,6 @@ from latentlens.training import TrainConfig  # noqa: E402
 from latentlens.training.distributed import DistributedContext  # noqa: E402
 from speed.core_distance import FAR_NS, place_of, round_trip_ns  # noqa: E402
 
-WARMUP_STEPS = 20
 PAIR = 2
 
 
@@ -85,6 +83,7 @@ def worker(
     sends (None: stop) and send back milliseconds a step. ``rank`` None: the whole batch
     on ``threads`` threads; else that rank's half, pinned to core ``rank``."""
     from speed.host_share import trainer_for
+    from speed.traced_step import WARMUP_STEPS, milliseconds_a_step
 
     torch.set_num_threads(threads)
     if rank is not None:
@@ -101,14 +100,10 @@ def worker(
             context = DistributedContext(rank, PAIR)
             traced = trainer.traced
             trainer.traced = lambda draws: traced(context.rows(draws))
-    for _ in range(WARMUP_STEPS):
-        trainer.train_step()
+    milliseconds_a_step(trainer, WARMUP_STEPS)
     pipe.send("ready")
     while (steps := pipe.recv()) is not None:
-        start = time.perf_counter()
-        for _ in range(steps):
-            trainer.train_step()
-        pipe.send((time.perf_counter() - start) / steps * 1e3)
+        pipe.send(milliseconds_a_step(trainer, steps))
     # as an array: a tensor would go through shared memory, gone once this process ends
     pipe.send(torch.cat([p.detach().reshape(-1) for p in trainer.model.parameters()]).numpy())
 
@@ -188,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
           f"(median [range] of {args.rounds} rounds; faster in {faster})")  # fmt: skip
     for place in ("near", "far"):
         alike = [r for r, t in zip(ratios, trips, strict=True)
-                 if place_of({"round_trip_ns": t}, FAR_NS) == place]  # fmt: skip
+                 if place_of(t, FAR_NS) == place]  # fmt: skip
         if alike:
             print(f"  the cores {place} (both probes {'above' if place == 'far' else 'below'} "
                   f"{FAR_NS:.0f} ns): {statistics.median(alike):.3f}x, median of "
