@@ -8,7 +8,8 @@ matmul as ``linear(A, B)`` with ``A`` a contiguous copy of one operand transpose
 ``B`` the other as a transposed view (:func:`latentlens.kernels.linear.row_products`).
 The copy was always of ``dy``; it is now of the narrower operand, the product taken as
 ``(x^T dy)^T`` where ``x`` is narrower. This times both, and MKL's ``torch.mm(dy.T, x)``
-for comparison, at each shape the reference models' weight gradients take, interleaved
+and the per-core engine (:func:`~latentlens.kernels.linear.per_core_row_products`) for
+comparison, at each shape the reference models' weight gradients take, interleaved
 call blocks over rotating inputs (as a step meets them: not in the cache from the call
 before), and prints the median microseconds a call and the old over new ratio with its
 range over rounds. With ``--step TASK ATTENTION`` it times the fused-compile training
@@ -31,7 +32,15 @@ import torch
 import latentlens.kernels.linear as linear_kernels
 import latentlens.kernels.mlp as mlp_kernels
 from latentlens.allocator import keep_freed_memory
-from latentlens.kernels.linear import ROWS_PER_SUM, linear, row_products, transposed
+from latentlens.kernels.linear import (
+    ROWS_PER_SUM,
+    has_per_core,
+    linear,
+    onednn_row_products,
+    per_core_row_products,
+    row_products,
+    transposed,
+)
 from latentlens.training import TrainConfig, Trainer, model_for_task
 
 # (outputs, inputs, rows): fuzzy logic T = 16 (2,048 rows) and SRAVEN (4,608), the MLP's
@@ -52,8 +61,9 @@ def dy_copied(dy: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     return total
 
 
-WAYS = {"dy copied": dy_copied, "narrower copied": row_products,
-        "mkl mm": lambda dy, x: torch.mm(dy.T, x)}  # fmt: skip
+WAYS = {"dy copied": dy_copied, "narrower copied": onednn_row_products,
+        "mkl mm": lambda dy, x: torch.mm(dy.T, x),
+        **({"per core": per_core_row_products} if has_per_core() else {})}  # fmt: skip
 
 
 def time_shape(outputs: int, inputs: int, rows: int, rounds: int, calls: int) -> dict:
@@ -94,7 +104,7 @@ def time_step(task: str, attention: str, rounds: int, steps: int) -> dict:
         task, model_for_task(task, attention=attention), TrainConfig.for_task(task)
     )
     trainer = Trainer(None, config, device="cpu", compile=True, fused=True, quiet=True)
-    ways = {"dy copied": dy_copied, "narrower copied": row_products}
+    ways = {"dy copied": dy_copied, "narrower copied": onednn_row_products}
     times: dict[str, list[float]] = {name: [] for name in ways}
     try:
         for name in (*ways, *ways):  # compiling, and both ways' first allocations

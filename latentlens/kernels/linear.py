@@ -14,6 +14,14 @@ columns and 512-8,192 rows summed: a one-row output split its sum by thread from
 rows on, a 128 x 128 one from 32,768); :func:`row_products` cuts longer sums into fixed
 chunks of that many rows, added in order, and ``tests/kernels`` hold every shape the
 models use to the same bits on 1 to 4 threads.
+
+oneDNN splits a weight's gradient over its outputs, so each core reads every row, half of
+them written by the other core. Where the two cores sit on different core complexes (a
+cloud VM's vCPUs, placed by the hypervisor) that traffic made a SRAVEN step 1.2x as long.
+The ``per-core`` engine (:func:`use_weight_gradients`; ``row_products.c``) sums each
+core's own rows with MKL's ``sgemm`` on one thread and adds the parts' sums in a fixed
+order: on a 2-core Zen 4 EPYC its steps were 1.10x as fast with the cores far apart and
+0.99x near (docs/benchmarks.md, "Where the two cores sit").
 """
 
 from __future__ import annotations
@@ -25,12 +33,20 @@ import torch
 from torch.library import register_autograd, register_fake
 
 from latentlens.kernels.bias_add import column_sums
+from latentlens.kernels.blas import sgemm_address
 from latentlens.kernels.build import load, operators, threads
 
 # oneDNN sums at most this many rows the same way on any thread count (module docstring)
 ROWS_PER_SUM = 8192
 # ... for weight gradients of at least this many rows; narrower ones keep PyTorch's path
 MIN_OUTPUTS = 8
+# How a weight's gradient is summed: oneDNN's matmul, or each core its own rows
+# (``row_products.c``, where PyTorch's library exports ``sgemm_``)
+WEIGHT_GRADIENTS = ("onednn", "per-core")
+# The per-core engine cuts the rows into this many parts whatever the thread count (at most
+# this many threads sum them); a power of two
+PARTS = 4
+_engine = {"weight_gradients": "onednn"}  # the process's, as its thread count is
 
 
 # PyTorch was built with oneDNN and has its linear operator (a constant compiled code reads)
@@ -78,9 +94,40 @@ def transposed(x: torch.Tensor) -> torch.Tensor:
     return out
 
 
+def use_weight_gradients(engine: str) -> None:
+    """Sum the weights' gradients of this process's fused steps with ``engine``
+    (:data:`WEIGHT_GRADIENTS`; ``per-core`` where :func:`has_per_core` only)."""
+    if engine not in WEIGHT_GRADIENTS:
+        raise ValueError(f"weight_gradients={engine!r} is unknown; choose one of "
+                         f"{list(WEIGHT_GRADIENTS)}")  # fmt: skip
+    if engine == "per-core" and not has_per_core():
+        raise ValueError("weight_gradients='per-core' needs PyTorch's sgemm_, which this "
+                         "build does not export; use 'onednn'")  # fmt: skip
+    _engine["weight_gradients"] = engine
+
+
+def weight_gradients() -> str:
+    """The engine this process's weights' gradients are summed with."""
+    return _engine["weight_gradients"]
+
+
+def has_per_core() -> bool:
+    """Whether the per-core engine runs here (PyTorch's library exports ``sgemm_``)."""
+    return sgemm_address() is not None
+
+
 def row_products(dy: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """``dy^T x`` ``[N, K]`` summed over the rows of ``dy [..., N]`` and ``x [..., K]``
-    (a weight's gradient), in chunks of :data:`ROWS_PER_SUM` rows added in order.
+    """``dy^T x`` ``[N, K]`` summed over the rows of ``dy [..., N]`` and ``x [..., K]`` (a
+    weight's gradient) by the process's engine (:func:`weight_gradients`): the same
+    numbers on any thread count with either."""
+    if weight_gradients() == "per-core":
+        return per_core_row_products(dy, x)
+    return onednn_row_products(dy, x)
+
+
+def onednn_row_products(dy: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """:func:`row_products` on oneDNN's matmul, in chunks of :data:`ROWS_PER_SUM` rows
+    added in order.
 
     One operand is copied transposed (:func:`transposed`), the other goes in as a
     transposed view: the narrower one is copied, so where ``x`` is (``K < N``, and at least
@@ -96,6 +143,32 @@ def row_products(dy: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         part = linear(transposed(first[chunk]), second[chunk].T)
         total = part if total is None else total + part
     return transposed(total) if flipped else total
+
+
+@cache
+def per_core_library() -> ctypes.CDLL:
+    lib = load("row_products")
+    lib.row_products.argtypes = [ctypes.c_int] * 5 + [ctypes.c_void_p, ctypes.c_int,
+                                 ctypes.c_void_p, ctypes.c_int] + [ctypes.c_void_p] * 2  # fmt: skip
+    lib.row_products_set_sgemm.argtypes = [ctypes.c_void_p]
+    lib.row_products_set_sgemm(sgemm_address())
+    return lib
+
+
+def per_core_row_products(dy: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """:func:`row_products` with the rows cut into :data:`PARTS` parts, each summed by
+    MKL's ``sgemm`` on one thread (a core's own rows, where the layer's kernels split them
+    in halves over two), the parts' sums added as a fixed tree (``row_products.c``)."""
+    dy, x = dy.reshape(-1, dy.shape[-1]).contiguous(), x.reshape(-1, x.shape[-1]).contiguous()
+    out = dy.new_empty(dy.shape[1], x.shape[1])
+    if len(dy) == 0 or 0 in out.shape:
+        return out.zero_()
+    work = dy.new_empty((PARTS - 1) * out.numel())
+    per_core_library().row_products(
+        threads(), PARTS, len(dy), *out.shape, dy.data_ptr(), out.shape[0], x.data_ptr(),
+        out.shape[1], out.data_ptr(), work.data_ptr(),
+    )  # fmt: skip
+    return out
 
 
 def projects(outputs: int) -> bool:

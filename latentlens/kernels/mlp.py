@@ -24,12 +24,12 @@ from __future__ import annotations
 
 import ctypes
 from functools import cache
-from pathlib import Path
 
 import torch
 from torch.library import register_autograd, register_fake
 
 from latentlens.kernels import compiling
+from latentlens.kernels.blas import sgemm_address
 from latentlens.kernels.build import load, operators, slices, threads
 from latentlens.kernels.gelu_tanh import bias_backward_values, bias_forward_values
 from latentlens.kernels.linear import MIN_OUTPUTS, has_onednn, linear, row_products
@@ -42,16 +42,6 @@ BLOCK_FLOATS = 65536
 # same numbers on any thread count, at most this many threads in the backward pass, and
 # (runs - 1) extra copies of the weights' gradients to add up.
 BACKWARD_RUNS = 4
-
-
-@cache
-def sgemm_address() -> int | None:
-    """Where PyTorch's CPU library has ``sgemm_`` (the BLAS interface), if it exports it."""
-    library = Path(torch.__file__).parent / "lib" / "libtorch_cpu.so"
-    try:
-        return ctypes.cast(ctypes.CDLL(str(library)).sgemm_, ctypes.c_void_p).value
-    except (OSError, AttributeError):
-        return None
 
 
 def engine() -> str | None:

@@ -13,6 +13,7 @@ from latentlens.configs import (
     require_positive,
     require_seed,
 )
+from latentlens.kernels.linear import WEIGHT_GRADIENTS
 from latentlens.threads import MAX_THREADS
 from latentlens.training.fast_path import PATHS
 
@@ -94,6 +95,11 @@ class TrainConfig(JsonConfig):
     eager, compiled, on the fused CPU kernels, graphed on CUDA), chosen when the run starts
     (:func:`latentlens.training.fast_path.choose_path`) and kept on resume; None: chosen by
     the Trainer's options.
+    ``weight_gradients``: how the fused kernels' path sums the weights' gradients
+    (:data:`latentlens.kernels.linear.WEIGHT_GRADIENTS`: oneDNN's matmul, or each core its
+    own rows), chosen with the path
+    (:func:`latentlens.training.weight_gradient_choice.choose_weight_gradients`) and kept on
+    resume; None on the other paths.
     ``tracking_examples``: the sample each evaluation's over-training tracker reads
     (:func:`latentlens.probes.tracking_callbacks`): fuzzy logic's official
     ``r2_attn_latent`` (None: the official code's ``num_valid``, 16,000), modular ICL's
@@ -120,6 +126,7 @@ class TrainConfig(JsonConfig):
     threads: int | None = None
     thread_counts: tuple[int, ...] = ()
     path: str | None = None
+    weight_gradients: str | None = None
     tracking_examples: int | None = None
 
     def __post_init__(self) -> None:
@@ -170,6 +177,8 @@ class TrainConfig(JsonConfig):
         require_choice(owner, "precision", self.precision, PRECISIONS)
         if self.path is not None:
             require_choice(owner, "path", self.path, PATHS)
+        if self.weight_gradients is not None:
+            require_choice(owner, "weight_gradients", self.weight_gradients, WEIGHT_GRADIENTS)
         require_seed(owner, "seed", self.seed)
 
     def schedule_notes(self) -> list[str]:
@@ -199,7 +208,7 @@ class TrainConfig(JsonConfig):
         if not other.thread_counts:
             other = replace(other, thread_counts=self.thread_counts)
         if other.path is None:
-            other = replace(other, path=self.path)
+            other = replace(other, path=self.path, weight_gradients=self.weight_gradients)
         return self == other
 
     @classmethod

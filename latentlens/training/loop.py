@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from latentlens.kernels.linear import use_weight_gradients
 from latentlens.progress import progress_bar
 from latentlens.training.checkpoint import list_checkpoints
 from latentlens.training.step_setup import precision_scope
@@ -46,6 +47,8 @@ class TrainingLoop:
     def train_step(self) -> torch.Tensor:
         """One optimisation step; returns this rank's loss (on the device, no host sync)."""
         self.lr.fill_(self.train_cfg.learning_rate(self.step))
+        if self.weight_gradients is not None:  # this run's, whatever another trainer set
+            use_weight_gradients(self.weight_gradients)
         if self.graphed is not None:
             loss = self.graphed()
         else:

@@ -26,6 +26,7 @@ from latentlens import __version__
 from latentlens.allocator import keep_freed_memory
 from latentlens.devices import resolve_device
 from latentlens.kernels.adamw import FusedAdamWStep
+from latentlens.kernels.linear import use_weight_gradients
 from latentlens.models import (
     MODEL_KINDS,
     HookedModel,
@@ -37,6 +38,7 @@ from latentlens.models import (
 from latentlens.tasks import TASKS, Task, make_task
 from latentlens.threads import (
     SMALL_WORK,
+    available_cpus,
     compute_with_threads,
     requested_threads,
     run_threads,
@@ -83,6 +85,7 @@ from latentlens.training.thread_choice import (
     start_threads,
 )
 from latentlens.training.traced_step import TracedGradients
+from latentlens.training.weight_gradient_choice import choose_weight_gradients
 
 
 def model_for_task(
@@ -186,8 +189,15 @@ class Trainer(RunStart, TrainingLoop, Checkpointing, Evaluation):
             warn_if_bf16_is_emulated()
         # AdamW's step: one kernel call for every tensor under --fused
         self.optimizer_step = None if self.optimizer is None else self.optimizer.step
+        # how the fused step sums its weights' gradients (train.weight_gradients)
+        self.weight_gradients: str | None = None
         if fused:
             use_fused_kernels_on_cpu(self.model, self.device)
+            self.weight_gradients = (
+                self.train_cfg.weight_gradients
+                or choose_weight_gradients(self.train_cfg.threads or available_cpus())[0]
+            )
+            use_weight_gradients(self.weight_gradients)
             if self.optimizer is not None:
                 self.optimizer_step = FusedAdamWStep(self.optimizer)
         # Hooks added after compilation are ignored: compile only the hook-free train path
@@ -290,9 +300,10 @@ class Trainer(RunStart, TrainingLoop, Checkpointing, Evaluation):
         }
 
     def record_path(self) -> None:
-        """Record the path this run's step takes in its config (``train.path``)."""
+        """Record the path this run's step takes in its config (``train.path``), and how
+        it sums the weights' gradients (``train.weight_gradients``)."""
         path = path_of(self.compiled, self.fused, self.graphed is not None)
-        self.train_cfg = replace(self.train_cfg, path=path)
+        self.train_cfg = replace(self.train_cfg, path=path, weight_gradients=self.weight_gradients)
         self.config = {**self.config, "train": self.train_cfg.to_dict()}
 
     def settle_threads(self) -> None:

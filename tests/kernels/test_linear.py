@@ -160,3 +160,74 @@ def test_a_transposed_view_as_second_operand_is_its_copy_to_the_bit(outputs, inp
             assert torch.equal(linear_kernels.linear(a, w.T), copied)
     finally:
         torch.set_num_threads(before)
+
+
+needs_per_core = pytest.mark.skipif(
+    not linear_kernels.has_per_core(), reason="PyTorch's library exports no sgemm_"
+)
+
+
+@needs_per_core
+@pytest.mark.parametrize("outputs, inputs, rows", [*MODEL_SHAPES, (16, 7, 3), (8, 8, 0)])
+def test_per_core_weight_gradients_match_the_formula_on_any_thread_count(
+    outputs, inputs, rows
+) -> None:
+    """The per-core engine at the models' shapes, at fewer rows than parts and at none:
+    within float32 rounding of the float64 sum, and the same bits on 1 to 4 threads."""
+    gen = torch.Generator().manual_seed(5)
+    dy, x = torch.randn(rows, outputs, generator=gen), torch.randn(rows, inputs, generator=gen)
+    before = torch.get_num_threads()
+    try:
+        found = []
+        for threads in (1, 2, 3, 4):
+            torch.set_num_threads(threads)
+            found.append(linear_kernels.per_core_row_products(dy, x))
+    finally:
+        torch.set_num_threads(before)
+    assert found[0].shape == (outputs, inputs) and found[0].is_contiguous()
+    assert all(torch.equal(found[0], other) for other in found[1:])
+    if rows:
+        assert within_rounding(found[0], dy.double().T @ x.double())
+    else:
+        assert torch.equal(found[0], torch.zeros(outputs, inputs))
+
+
+@needs_per_core
+def test_per_core_parts_are_summed_apart_and_added_as_a_fixed_tree(monkeypatch) -> None:
+    """Rows cut into PARTS consecutive parts (1,001 rows: uneven), each summed alone, the
+    sums added as ((0 + 1) + (2 + 3)): the same bits as each part's sum taken by itself."""
+    gen = torch.Generator().manual_seed(6)
+    dy, x = torch.randn(1001, 48, generator=gen), torch.randn(1001, 128, generator=gen)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        found = linear_kernels.per_core_row_products(dy, x)
+        monkeypatch.setattr(linear_kernels, "PARTS", 1)
+        bounds = [1001 * p // 4 for p in range(5)]
+        sums = [linear_kernels.per_core_row_products(dy[a:b], x[a:b])
+                for a, b in zip(bounds[:-1], bounds[1:], strict=True)]  # fmt: skip
+    finally:
+        torch.set_num_threads(before)
+    assert torch.equal(found, (sums[0] + sums[1]) + (sums[2] + sums[3]))
+    assert not torch.equal(found, ((sums[0] + sums[1]) + sums[2]) + sums[3])  # the order shows
+
+
+@needs_per_core
+def test_the_process_engine_sums_the_weight_gradients(monkeypatch) -> None:
+    """:func:`row_products` (the projections' and the MLP's) follows
+    :func:`use_weight_gradients`; an unknown engine is refused in one line."""
+    gen = torch.Generator().manual_seed(7)
+    dy, x = torch.randn(300, 48, generator=gen), torch.randn(300, 128, generator=gen)
+    try:
+        linear_kernels.use_weight_gradients("per-core")
+        assert linear_kernels.weight_gradients() == "per-core"
+        assert torch.equal(row_products(dy, x), linear_kernels.per_core_row_products(dy, x))
+        linear_kernels.use_weight_gradients("onednn")
+        assert torch.equal(row_products(dy, x), linear_kernels.onednn_row_products(dy, x))
+        with pytest.raises(ValueError, match="weight_gradients='blas' is unknown; choose one"):
+            linear_kernels.use_weight_gradients("blas")
+        monkeypatch.setattr(linear_kernels, "has_per_core", lambda: False)
+        with pytest.raises(ValueError, match="does not export; use 'onednn'"):
+            linear_kernels.use_weight_gradients("per-core")
+    finally:
+        linear_kernels.use_weight_gradients("onednn")
