@@ -15,11 +15,8 @@
 
 #include "gelu_tanh.h"
 #include "openmp.h"
+#include "sgemm.h"
 
-typedef void (*sgemm_function)(const char *, const char *, const int *, const int *,
-                               const int *, const float *, const float *, const int *,
-                               const float *, const int *, const float *, float *,
-                               const int *);
 static sgemm_function sgemm;
 
 /* PyTorch's sgemm (the BLAS interface, column-major, 32-bit integers) */

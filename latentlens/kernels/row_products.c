@@ -17,11 +17,8 @@
 #include <stddef.h>
 
 #include "openmp.h"
+#include "sgemm.h"
 
-typedef void (*sgemm_function)(const char *, const char *, const int *, const int *,
-                               const int *, const float *, const float *, const int *,
-                               const float *, const int *, const float *, float *,
-                               const int *);
 static sgemm_function sgemm;
 
 /* PyTorch's sgemm (the BLAS interface, column-major, 32-bit integers) */

@@ -209,16 +209,22 @@ def read_cached(device: torch.device, config: dict[str, Any]) -> Calibration | N
 
 
 def write_cached(device: torch.device, config: dict[str, Any], found: Calibration) -> None:
-    """Add ``found`` to the cache, atomically (a failure to write is not an error)."""
-    path = cache_path()
+    """Add ``found`` to the cache (:func:`add_to_cache`)."""
+    add_to_cache(cache_path(), _cache_id(device, config), {"rates": found.rates,
+                 "tried": list(found.tried), "start_seconds": found.start_seconds})  # fmt: skip
+
+
+def add_to_cache(path: Path, key: str, entry: object) -> None:
+    """Set ``key`` of the JSON object in ``path`` to ``entry``, atomically: a cache that
+    cannot be read starts again, and one that cannot be written is left (it is only a
+    cache)."""
     try:
         try:
             entries = json.loads(path.read_text())
             entries = entries if isinstance(entries, dict) else {}
         except (OSError, ValueError):
             entries = {}
-        entries[_cache_id(device, config)] = {"rates": found.rates, "tried": list(found.tried),
-                                              "start_seconds": found.start_seconds}  # fmt: skip
+        entries[key] = entry
         path.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False) as handle:
             json.dump(entries, handle, indent=1, sort_keys=True)

@@ -19,9 +19,7 @@ in the run's config (``train.weight_gradients``), so that a resume sums the same
 from __future__ import annotations
 
 import json
-import os
 import statistics
-import tempfile
 import time
 
 import torch
@@ -33,7 +31,7 @@ from latentlens.kernels.linear import (
     onednn_row_products,
     per_core_row_products,
 )
-from latentlens.training.fast_path import cache_path, machine_key
+from latentlens.training.fast_path import add_to_cache, cache_path, machine_key
 
 # per-core unless its one-thread time is more than this many times oneDNN's (the Zen 4's:
 # 1.06, the steps 0.99x near and 1.10x far)
@@ -77,27 +75,16 @@ def timings_path():
 
 
 def machine_timings() -> dict[str, float]:
-    """This machine's :func:`time_engines`, from the cache or timed now and cached
-    (atomically; a cache that cannot be read or written is timed again)."""
+    """This machine's :func:`time_engines`, from the cache or timed now and cached (a
+    cache that cannot be read is timed again)."""
     key = json.dumps(machine_key(torch.device("cpu")), sort_keys=True)
     path = timings_path()
     try:
-        entries = json.loads(path.read_text())
-        found = entries[key] if isinstance(entries, dict) else None
-        if isinstance(found, dict) and set(found) == set(ENGINES):
-            return {name: float(found[name]) for name in ENGINES}
+        found = json.loads(path.read_text())[key]
+        return {name: float(found[name]) for name in ENGINES}
     except (OSError, ValueError, KeyError, TypeError):
-        entries = {}
-    timed = time_engines()
-    try:
-        entries = entries if isinstance(entries, dict) else {}
-        entries[key] = timed
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False) as handle:
-            json.dump(entries, handle, indent=1, sort_keys=True)
-        os.replace(handle.name, path)
-    except OSError:
-        pass
+        timed = time_engines()
+    add_to_cache(path, key, timed)
     return timed
 
 
