@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from latentlens.kernels.linear import use_weight_gradients
+from latentlens.kernels.linear import use_weight_gradients, weight_gradients
 from latentlens.progress import progress_bar
 from latentlens.training.checkpoint import list_checkpoints
 from latentlens.training.step_setup import precision_scope
@@ -47,7 +47,8 @@ class TrainingLoop:
     def train_step(self) -> torch.Tensor:
         """One optimisation step; returns this rank's loss (on the device, no host sync)."""
         self.lr.fill_(self.train_cfg.learning_rate(self.step))
-        if self.weight_gradients is not None:  # this run's, whatever another trainer set
+        # this run's engine, whatever another trainer in the process set since (checked once)
+        if self.weight_gradients is not None and weight_gradients() != self.weight_gradients:
             use_weight_gradients(self.weight_gradients)
         if self.graphed is not None:
             loss = self.graphed()

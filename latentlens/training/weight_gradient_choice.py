@@ -11,9 +11,10 @@ shape and takes ``per-core`` unless it is more than :data:`MARGIN` times as slow
 cannot run here, or the run may use more threads than its :data:`PARTS`. On the Zen 4 it
 took 1.06x oneDNN's time on one core, and its whole steps on two ran 0.99x as fast as
 oneDNN's with the cores near and 1.10x far apart (it copies no operand transposed, and
-reads its own rows); a sum twice as slow (AVX2 beside full-width AVX-512) is left out. The timing is
-cached per machine beside the paths' (``weight_gradients.json``); the choice is recorded
-in the run's config (``train.weight_gradients``), so that a resume sums the same way.
+reads its own rows); a sum twice as slow (AVX2 beside full-width AVX-512) is left out.
+The timing is cached per machine beside the paths' (``weight_gradients.json``); the
+choice is recorded in the run's config (``train.weight_gradients``), so that a resume sums
+the same way.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 import json
 import statistics
 import time
+from pathlib import Path
 
 import torch
 
@@ -70,7 +72,8 @@ def time_engines() -> dict[str, float]:
     return {"onednn": min(onednn), "per-core": min(onednn) * ratio}
 
 
-def timings_path():
+def timings_path() -> Path:
+    """The cache of :func:`machine_timings`, beside the paths' calibrations."""
     return cache_path().with_name("weight_gradients.json")
 
 
