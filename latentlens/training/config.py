@@ -201,14 +201,16 @@ class TrainConfig(JsonConfig):
     def same_run(self, other: TrainConfig) -> bool:
         """Whether a run stored with this config is a run of ``other``: every field equal,
         the thread count too unless this one follows the load or predates its recording
-        (None), and the agreeing thread counts and path unless ``other`` has yet to find
-        them."""
+        (None), and the agreeing thread counts, path and weight-gradient engine unless
+        ``other`` has yet to find them."""
         if self.threads is None:
             other = replace(other, threads=None)
         if not other.thread_counts:
             other = replace(other, thread_counts=self.thread_counts)
         if other.path is None:
-            other = replace(other, path=self.path, weight_gradients=self.weight_gradients)
+            other = replace(other, path=self.path)
+        if other.weight_gradients is None:
+            other = replace(other, weight_gradients=self.weight_gradients)
         return self == other
 
     @classmethod

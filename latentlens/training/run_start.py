@@ -75,7 +75,7 @@ class RunStart:
             trainer.lock = lock
             if trainer.train_cfg.threads is None and not trainer.train_cfg.thread_counts:
                 trainer.settle_threads()
-            if record_path and trainer.train_cfg.path is None:
+            if record_path:
                 trainer.record_path()
             config = trainer.config
             if init_from is not None:

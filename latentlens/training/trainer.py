@@ -300,9 +300,10 @@ class Trainer(RunStart, TrainingLoop, Checkpointing, Evaluation):
         }
 
     def record_path(self) -> None:
-        """Record the path this run's step takes in its config (``train.path``), and how
-        it sums the weights' gradients (``train.weight_gradients``)."""
-        path = path_of(self.compiled, self.fused, self.graphed is not None)
+        """Record the path this run's step takes in its config (``train.path``, where the
+        config does not name it already), and how it sums the weights' gradients
+        (``train.weight_gradients``)."""
+        path = self.train_cfg.path or path_of(self.compiled, self.fused, self.graphed is not None)
         self.train_cfg = replace(self.train_cfg, path=path, weight_gradients=self.weight_gradients)
         self.config = {**self.config, "train": self.train_cfg.to_dict()}
 

@@ -109,6 +109,12 @@ def test_a_fused_run_records_its_engine_and_a_resume_sums_the_same_way(
         kept = Trainer.create(tmp_path / "k", _config(path="fused", weight_gradients="onednn"),
                               device="cpu", quiet=True)  # fmt: skip
         assert kept.weight_gradients == "onednn" and len(chosen) == 1
+        # a config naming its path but no engine (as `latentlens train` and the demo start
+        # runs) records the engine chosen
+        Trainer.create(tmp_path / "p", _config(path="fused"), device="cpu", quiet=True)
+        named = json.loads((tmp_path / "p" / "config.json").read_text())["train"]
+        assert named["path"] == "fused" and named["weight_gradients"] == "per-core"
+        assert len(chosen) == 2
         linear_kernels.use_weight_gradients("per-core")
         kept.train_step()
         assert linear_kernels.weight_gradients() == "onednn"
@@ -118,6 +124,18 @@ def test_a_fused_run_records_its_engine_and_a_resume_sums_the_same_way(
         assert eager.weight_gradients is None
     finally:
         linear_kernels.use_weight_gradients("onednn")
+
+
+def test_a_stored_engine_is_the_same_run_as_a_config_yet_to_choose_one() -> None:
+    """A command given the stored run's config without its engine (a config file that
+    predates it, or names only the path) continues the run; another engine does not."""
+    from latentlens.training import TrainConfig
+
+    stored = TrainConfig(path="fused", weight_gradients="per-core")
+    assert stored.same_run(TrainConfig(path="fused"))
+    assert stored.same_run(TrainConfig())
+    assert not stored.same_run(TrainConfig(path="fused", weight_gradients="onednn"))
+    assert not stored.same_run(TrainConfig(path="eager"))
 
 
 def test_an_unknown_engine_in_a_config_is_refused_in_one_line() -> None:
