@@ -66,6 +66,11 @@ MODEL_DEFAULTS: dict[tuple[str, str], dict[str, Any]] = {
 }
 
 
+# what a new run finds when it starts (not what it was asked for): a stored run is a run
+# of a config that has yet to find them
+FOUND_AT_START = ("thread_counts", "path", "weight_gradients")
+
+
 @dataclass(frozen=True)
 class TrainConfig(JsonConfig):
     """AdamW with weight decay off 1-D parameters, linear warm-up then cosine decay.
@@ -205,13 +210,9 @@ class TrainConfig(JsonConfig):
         ``other`` has yet to find them."""
         if self.threads is None:
             other = replace(other, threads=None)
-        if not other.thread_counts:
-            other = replace(other, thread_counts=self.thread_counts)
-        if other.path is None:
-            other = replace(other, path=self.path)
-        if other.weight_gradients is None:
-            other = replace(other, weight_gradients=self.weight_gradients)
-        return self == other
+        yet_to_find = {name: getattr(self, name) for name in FOUND_AT_START
+                       if not getattr(other, name)}  # fmt: skip
+        return self == replace(other, **yet_to_find)
 
     @classmethod
     def for_task(cls, task: str, model: str = "transformer", **overrides: Any) -> TrainConfig:

@@ -47,12 +47,13 @@ class RunStart:
         ``init_from``: a run whose newest weights the model starts from (fine-tuning; it
         may add a layer connection), recorded in ``config.json`` as ``init_from``.
         ``record_path``: record the step's path (``compile``, ``fused``, ``cuda_graphs``)
-        in the config, kept on resume (not for a seed group's members, whose group
-        computes the step). ``path``: the step's path by name (``"eager"``,
-        ``"fused-compile"``, ...; ``latentlens.training.fast_path.PATHS``) or ``"auto"``,
-        the fastest here as ``latentlens train`` chooses it (timed for runs of 1,000 steps
-        or more, cached per machine and model shape; ``$LATENTLENS_PATH`` names one);
-        None: the ``compile``, ``fused`` and ``cuda_graphs`` flags, eager by default."""
+        and the fused path's weight-gradient engine in the config, kept on resume (not
+        for a seed group's members, whose group computes the step). ``path``: the step's
+        path by name (``"eager"``, ``"fused-compile"``, ...;
+        ``latentlens.training.fast_path.PATHS``) or ``"auto"``, the fastest here as
+        ``latentlens train`` chooses it (timed for runs of 1,000 steps or more, cached per
+        machine and model shape; ``$LATENTLENS_PATH`` names one); None: the ``compile``,
+        ``fused`` and ``cuda_graphs`` flags, eager by default."""
         if path is not None:
             # the trainer's module imports this one: its functions are reached at call time
             from latentlens.training.trainer import config_with_path  # noqa: PLC0415
