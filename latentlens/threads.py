@@ -14,15 +14,16 @@ neighbours' work, and a run can slow down tens of times. latentlens chooses inst
 Several runs on one machine (``reproduce --jobs``, sweeps) are given one thread each.
 
 That load-adaptive choice is for work whose numbers do not depend on it (inspecting,
-probing, the tests). A training run's numbers do depend on it (float sums split over
-another number of threads round differently), so a run uses :func:`run_threads` instead:
-the request, else the CPUs this process may run on (1 for work too small to split), never
-the load. The count is recorded in the run's config and used again on resume.
-
-The choice is made when a run starts. Beside a neighbour that starts later, OpenMP's idle
-threads spin and the run slows as if unchosen; ``OMP_WAIT_POLICY=PASSIVE`` (set before
-Python starts) keeps it near one thread's speed then, at a cost when alone
-(``benchmarks/speed/busy_neighbour.py`` measures all three).
+probing, the tests). A training run's numbers may (float sums split over another number of
+threads round differently). A run whose step computes the same numbers on several counts
+follows the load within them, when it starts (:mod:`latentlens.training.thread_choice`)
+and while it runs (:mod:`latentlens.training.load_following`). Any other run uses
+:func:`run_threads`: the request, else the CPUs this process may run on (1 for work too
+small to split), never the load, recorded in the run's config and used again on resume.
+Beside a neighbour that starts later, such a run's idle OpenMP threads spin and it slows as
+if unchosen; ``OMP_WAIT_POLICY=PASSIVE`` (set before Python starts) keeps it near one
+thread's speed then, at a cost when alone (``benchmarks/speed/busy_neighbour.py`` measures
+all three).
 """
 
 from __future__ import annotations
@@ -46,28 +47,66 @@ def available_cpus() -> int:
         return os.cpu_count() or 1
 
 
-def runnable_now() -> int | None:
-    """Threads running or ready to run on the machine this instant, this one included
-    (Linux's ``/proc/loadavg``), the median of a few readings; None elsewhere."""
+def runnable_on_machine() -> int | None:
+    """Threads running or ready to run on the machine this instant, this process's
+    included (Linux's ``/proc/loadavg``); None elsewhere."""
+    try:
+        with open("/proc/loadavg") as handle:
+            return int(handle.read().split()[3].split("/")[0])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def runnable_here() -> int | None:
+    """This process's threads running or ready to run this instant (Linux's
+    ``/proc/self/task``: the calling thread, and OpenMP's workers while they spin after
+    a parallel region); None elsewhere."""
+    try:
+        tasks = list(os.scandir("/proc/self/task"))
+    except OSError:
+        return None
+    running = 0
+    for task in tasks:
+        try:
+            with open(f"{task.path}/stat", "rb") as handle:
+                stat = handle.read()
+        except OSError:  # the thread has ended
+            continue
+        state = stat.rindex(b")") + 2  # the name may hold spaces and parentheses
+        running += stat[state : state + 1] == b"R"
+    return running
+
+
+def runnable_elsewhere() -> int | None:
+    """Threads of other processes running or ready to run this instant (one reading of
+    :func:`runnable_on_machine` less :func:`runnable_here`); None where the OS does not
+    say."""
+    machine, here = runnable_on_machine(), runnable_here()
+    if machine is None or here is None:
+        return None
+    return max(machine - here, 0)
+
+
+def runnable_elsewhere_now() -> int | None:
+    """:func:`runnable_elsewhere`, the median of a few readings 10 ms apart."""
     readings = []
     for _ in range(5):
-        try:
-            with open("/proc/loadavg") as handle:
-                readings.append(int(handle.read().split()[3].split("/")[0]))
-        except (OSError, IndexError, ValueError):
+        reading = runnable_elsewhere()
+        if reading is None:
             return None
+        readings.append(reading)
         time.sleep(0.01)
     return sorted(readings)[len(readings) // 2]
 
 
 def busy_elsewhere(cpus: int) -> int:
-    """CPUs the rest of the machine keeps busy now, at most ``cpus - 1``: the threads
-    runnable this instant less this one, or, where the OS does not say, the 1-minute load
-    average (which lags a neighbour that has just started by up to a minute)."""
-    runnable = runnable_now()
-    if runnable is not None:
-        others = runnable - 1
-    else:
+    """CPUs the rest of the machine keeps busy now, at most ``cpus - 1``: the threads of
+    other processes runnable this instant (:func:`runnable_elsewhere_now`; this process's
+    own, OpenMP's spinning workers among them, are not counted), or, where the OS does
+    not say, the 1-minute load average (which lags a neighbour that has just started by up
+    to a minute)."""
+    others = runnable_elsewhere_now()
+    if others is None:
         try:
             others = round(os.getloadavg()[0])
         except (AttributeError, OSError):

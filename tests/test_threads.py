@@ -61,9 +61,9 @@ def test_busy_cpus_and_tiny_work_get_fewer_threads(monkeypatch: pytest.MonkeyPat
 
 
 def test_busy_elsewhere_is_at_most_all_cpus_but_one(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(threads, "runnable_now", lambda: 9)
+    monkeypatch.setattr(threads, "runnable_elsewhere_now", lambda: 8)
     assert threads.busy_elsewhere(4) == 3
-    monkeypatch.setattr(threads, "runnable_now", lambda: 1)  # only this process
+    monkeypatch.setattr(threads, "runnable_elsewhere_now", lambda: 0)  # only this process
     assert threads.busy_elsewhere(4) == 0
     assert 0 <= threads.busy_elsewhere(threads.available_cpus()) < threads.available_cpus()
 

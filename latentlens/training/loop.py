@@ -1,6 +1,8 @@
 """The training loop of a :class:`~latentlens.training.trainer.Trainer`: the step (drawn,
 forward, backward, clipped, updated; capturable in a CUDA graph), the progress line, the
-divergence checks, evaluations and checkpoints at their steps, and the wall-time budget."""
+divergence checks, evaluations and checkpoints at their steps, the wall-time budget, and
+the thread count following the machine's load between steps where the run's numbers
+allow (:mod:`latentlens.training.load_following`)."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import torch
 from latentlens.kernels.linear import use_weight_gradients, weight_gradients
 from latentlens.progress import progress_bar
 from latentlens.training.checkpoint import list_checkpoints
+from latentlens.training.load_following import LoadFollower
 from latentlens.training.step_setup import precision_scope
 
 LOG_EVERY = 25
@@ -82,6 +85,15 @@ class TrainingLoop:
         finally:
             self.close()
 
+    def follow_the_load(self) -> LoadFollower | None:
+        """A :class:`LoadFollower` over the run's thread counts where it has several (its
+        step computes the same numbers on each) and runs on the CPU in one process; else
+        None (the run keeps its count)."""
+        counts = self.train_cfg.thread_counts
+        if self.device.type != "cpu" or self.dist.enabled or len(counts) < 2:
+            return None
+        return LoadFollower(counts)
+
     def train_seconds(self) -> float | None:
         """Wall seconds of training behind the current state, from step 0: those recorded
         in the checkpoint it resumed from plus this process's (its share in a seed group),
@@ -107,9 +119,12 @@ class TrainingLoop:
             total=cfg.steps, initial=self.step, disable=self.quiet, desc="train", dynamic_ncols=True
         )
         clock = BudgetClock(self.time_budget, self.step)
+        self.load_follower = self.follow_the_load()
         with bar:
             while self.step < cfg.steps:
                 loss = self.train_step()
+                if self.load_follower is not None:
+                    self.load_follower.after_step(self.step)
                 window.append(loss)
                 for callback in self.callbacks:
                     callback.on_step(self, self.step, loss)
@@ -118,7 +133,10 @@ class TrainingLoop:
                     losses = torch.stack(window)
                     self.check_finite(first_nonfinite(losses, self.step - len(window) + 1))
                     mean = self.dist.mean(losses.sum()).item() / len(window)
-                    bar.set_postfix(loss=f"{mean:.4g}")
+                    postfix = {"loss": f"{mean:.4g}"}
+                    if self.load_follower is not None:  # the count may change: shown
+                        postfix["threads"] = str(torch.get_num_threads())
+                    bar.set_postfix(postfix)
                     window = []
                 bar.update(1)
                 if at_eval:

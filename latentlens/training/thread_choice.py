@@ -11,9 +11,10 @@ the BLAS split each reduction over threads), not of the data. So at a new run's 
 :func:`agreeing_thread_counts` computes one training step's gradients (clipped as the run
 clips them) on a copy of the model at each candidate count and keeps the counts whose
 gradients equal one thread's bit for bit. The run records them (``train.thread_counts``),
-and every start (a resume too) computes with the largest of them that the machine's free
-CPUs allow (:func:`start_threads`). The eager step and the fused kernels' step, compiled
-or not, are checked (the kernels sum in fixed slices whatever the thread count,
+every start (a resume too) computes with the largest of them that the machine's free CPUs
+allow (:func:`start_threads`), and the run follows the load within them while it runs
+(:mod:`latentlens.training.load_following`). The eager step and the fused kernels' step,
+compiled or not, are checked (the kernels sum in fixed slices whatever the thread count,
 :data:`latentlens.kernels.build.SLICES`); a step compiled without the kernels is not
 (inductor's own sums split by thread).
 """
@@ -89,11 +90,17 @@ def agreeing_thread_counts(
     return tuple(agreeing)
 
 
+def fitting_count(thread_counts: Sequence[int], cpus: int, busy: int) -> int:
+    """The largest of ``thread_counts`` at most the ``cpus`` that ``busy`` others leave
+    free (at least one), else the smallest of them."""
+    free = max(1, cpus - busy)
+    fitting = [count for count in thread_counts if count <= free]
+    return max(fitting) if fitting else min(thread_counts)
+
+
 def start_threads(thread_counts: Sequence[int], reserved: int = 0) -> int:
     """The largest of a run's agreeing ``thread_counts`` that the CPUs the rest of the
     machine leaves free allow (at least the smallest); ``reserved``: CPUs to leave free
     beside those, for work this command starts next to the run."""
     cpus = available_cpus()
-    free = max(1, cpus - busy_elsewhere(cpus) - reserved)
-    fitting = [count for count in thread_counts if count <= free]
-    return max(fitting) if fitting else min(thread_counts)
+    return fitting_count(thread_counts, cpus, busy_elsewhere(cpus) + reserved)

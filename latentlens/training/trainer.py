@@ -66,6 +66,7 @@ from latentlens.training.fast_path import (
     requested_path,
 )
 from latentlens.training.graphs import GraphedStep
+from latentlens.training.load_following import LoadFollower
 from latentlens.training.loop import TrainingLoop
 from latentlens.training.memory import check_fits
 from latentlens.training.objective import TrainingObjective, inductor_options
@@ -235,6 +236,8 @@ class Trainer(RunStart, TrainingLoop, Checkpointing, Evaluation):
         self.seconds_before: float | None = 0.0
         self.seconds_share = 1.0
         self.training_since: float | None = None
+        # the thread count following the load while training (None: it keeps its count)
+        self.load_follower: LoadFollower | None = None
 
     def track_recorders(self, callbacks: Sequence[Callback]) -> list[ActivationRecorder]:
         """The recorder of the hooks ``train.track`` names, on a fixed batch of the task's
