@@ -3,11 +3,11 @@
 A run whose step computes the same numbers on several thread counts records them
 (``train.thread_counts``, :mod:`latentlens.training.thread_choice`) and starts on the
 largest that the CPUs free at its start allow. Neighbours that arrive later would then
-share the cores with all of its threads: OpenMP's threads wait on each other behind the
-neighbours' work, and on 2 cores beside two busy processes a run kept on 2 threads ran
-several times slower than one on 1 (docs/benchmarks.md, "Neighbours that arrive
-mid-run"). Neighbours that leave would leave a run started beside them on fewer threads
-than it could use.
+share the cores with all of its threads, which wait on each other behind the neighbours'
+work: on a 2-core EPYC, two busy processes arriving beside a fuzzy-logic run slowed it
+5.7-7.4x where it kept 2 threads, and 2.3-2.4x where it followed the load
+(docs/benchmarks.md, "Neighbours that arrive mid-run"). Neighbours that leave would leave a
+run started beside them on fewer threads than it could use.
 
 :class:`LoadFollower` reads between steps, every :data:`EVERY` seconds, how many threads of
 other processes are running or ready to run (:func:`latentlens.threads.runnable_elsewhere`:
