@@ -7,7 +7,8 @@
   workers) and given to every process the tests start (``LATENTLENS_THREADS``,
   ``OMP_NUM_THREADS``: the notebooks' kernels, the CLI subprocesses). On a busy machine
   the tests then take the free cores instead of fighting the neighbours for all of them;
-  and a test comparing two runs bit for bit never sees their thread counts differ.
+  and a test comparing two runs bit for bit never sees their thread counts differ. The
+  tests of the thread choice take ``unpinned_threads``: the count unset, and restored.
 - New runs compute their step eagerly (``LATENTLENS_PATH``) instead of timing each path
   first (``latentlens.training.fast_path``); the tests of that choice unset it.
 - ``one_ray_instance``: a local Ray instance shared by a module's tests that train on Ray
@@ -35,6 +36,20 @@ os.environ[ENVIRONMENT] = str(THREADS)
 os.environ.setdefault("OMP_NUM_THREADS", str(THREADS))
 torch.set_num_threads(THREADS)
 os.environ[PATH_ENVIRONMENT] = "eager"
+
+
+@pytest.fixture
+def unpinned_threads() -> Iterator[None]:
+    """The test runs without ``LATENTLENS_THREADS`` (pinned above: a run given a count
+    records and keeps it, where the tests of the thread choice need a run to choose), and
+    torch's threads and the variable (``--threads`` sets it) are left as they were."""
+    pinned = os.environ.pop(ENVIRONMENT, None)
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
+    os.environ.pop(ENVIRONMENT, None)
+    if pinned is not None:
+        os.environ[ENVIRONMENT] = pinned
 
 
 @pytest.fixture(scope="module")

@@ -19,18 +19,7 @@ from latentlens import threads
 from latentlens.cli import main
 from latentlens.training.step_setup import cpp_compiler
 
-
-@pytest.fixture(autouse=True)
-def _restore_threads():
-    """Each test starts without LATENTLENS_THREADS (conftest pins it) and leaves torch's
-    threads and the variable as it found them (``--threads`` sets the variable)."""
-    pinned = os.environ.pop(threads.ENVIRONMENT, None)
-    before = torch.get_num_threads()
-    yield
-    torch.set_num_threads(before)
-    os.environ.pop(threads.ENVIRONMENT, None)
-    if pinned is not None:
-        os.environ[threads.ENVIRONMENT] = pinned
+pytestmark = pytest.mark.usefixtures("unpinned_threads")
 
 
 def test_a_request_then_the_environment_decide(monkeypatch: pytest.MonkeyPatch) -> None:

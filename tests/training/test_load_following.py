@@ -22,18 +22,7 @@ from latentlens.training.load_following import LoadFollower
 from latentlens.training.step_setup import cpp_compiler
 from latentlens.training.thread_choice import fitting_count
 
-
-@pytest.fixture(autouse=True)
-def _restore_threads():
-    """Each test starts without LATENTLENS_THREADS (conftest pins it: a pinned run keeps its
-    count) and leaves torch's threads as it found them."""
-    pinned = os.environ.pop(threads.ENVIRONMENT, None)
-    before = torch.get_num_threads()
-    yield
-    torch.set_num_threads(before)
-    os.environ.pop(threads.ENVIRONMENT, None)
-    if pinned is not None:
-        os.environ[threads.ENVIRONMENT] = pinned
+pytestmark = pytest.mark.usefixtures("unpinned_threads")
 
 
 class Scripted:
