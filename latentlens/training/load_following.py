@@ -63,6 +63,7 @@ class LoadFollower:
         self.thread_counts = tuple(thread_counts)
         self.every, self.read, self.clock = every, read, clock
         self.cpus = cpus or available_cpus()
+        self.window = window
         self.readings: deque[int] = deque(maxlen=window)
         self.next_reading = clock() + every
         # (step, threads) at each switch, for whoever watches the run
@@ -80,7 +81,7 @@ class LoadFollower:
         if reading is None:
             return
         self.readings.append(reading)
-        if len(self.readings) < (self.readings.maxlen or 1):
+        if len(self.readings) < self.window:
             return
         busy = int(statistics.median_low(self.readings))
         wanted = fitting_count(self.thread_counts, self.cpus, busy)
