@@ -293,42 +293,49 @@ def test_the_command_benchmark_names_the_processor(tmp_path: Path, monkeypatch) 
 
 
 def test_thread_shares_sorts_samples_by_kind_of_code(monkeypatch) -> None:
-    """Each thread's samples (``perf script -F tid,ip,dso -G`` lines) as shares of its
-    own, by the library they fell in; the main thread's column first."""
+    """Each thread's samples (``perf script -F tid,ip,sym,dso -G`` lines) as shares of its
+    own, by the library they fell in and, inside libtorch, by the function (MKL's and
+    oneDNN's apart from libtorch's own); the main thread's column first."""
     module = load_script(BENCHMARKS / "speed" / "thread_shares.py", monkeypatch)
+    torch_cpu = "(/x/torch/lib/libtorch_cpu.so)"
     lines = [
-        "100      7feb6b4c032b (/tmp/perf-100.map)",
-        "100      7feb6b4c032c (/tmp/perf-100.map)",
-        "100      7feb9c41e02a (/x/torch/lib/libgomp.so.1)",
-        "100      2158 (/root/.cache/latentlens/kernels/ab12/attention_core.so)",
-        "101      7feb6b4c05de (/tmp/perf-100.map)",
-        "101      11 (/usr/lib/libpython3.11.so.1.0)",
-        "101      12 (/x/torch/lib/libtorch_cpu.so)",
-        "101      13 (/usr/lib/x86_64-linux-gnu/libc.so.6)",
-        "101      14 (/tmp/torchinductor_root/c5/c5xc.main.so)",
-        "101      15 ([kernel.kallsyms])",
-        "101      16 (/x/_ctypes.cpython-311-x86_64-linux-gnu.so)",
-        "101      17 (/x/libunknown.so)",
+        "100      7feb6b4c032b [unknown] (/tmp/perf-100.map)",
+        "100      7feb6b4c032c [unknown] (/tmp/perf-100.map)",
+        "100      7feb9c41e02a [unknown] (/x/torch/lib/libgomp.so.1)",
+        "100      2158 attention_backward._omp_fn.0 (/root/.cache/latentlens/k/attention_core.so)",
+        "101      7feb6b4c05de [unknown] (/tmp/perf-100.map)",
+        "101      11 _PyEval_EvalFrameDefault (/usr/lib/libpython3.11.so.1.0)",
+        f"101      12 c10::impl::OperatorEntry::lookup {torch_cpu}",
+        "101      13 _int_malloc (/usr/lib/x86_64-linux-gnu/libc.so.6)",
+        "101      14 cpp_fused_add_0 (/tmp/torchinductor_root/c5/c5xc.main.so)",
+        "101      15 [unknown] ([kernel.kallsyms])",
+        "101      16 [unknown] (/x/_ctypes.cpython-311-x86_64-linux-gnu.so)",
+        "101      17 f (/x/libunknown.so)",
+        f"101      18 mkl_blas_def_sgemm_kernel_0_zen {torch_cpu}",
+        "101      19 std::_Function_handler<void (int, int), dnnl::impl::cpu::x64::matmul::"
+        f"brgemm_matmul_t<(dnnl::impl::cpu::x64::cpu_isa_t)880>::execute_body> {torch_cpu}",
         "101 ",  # a sample perf could not place: passed over
         "",
     ]
     shares = module.thread_shares(lines)
     assert shares[100] == {"oneDNN's matmul kernels": 0.5, "waiting in OpenMP": 0.25,
                            "latentlens's C kernels": 0.25}  # fmt: skip
-    assert shares[101]["Python and PyTorch's bindings"] == pytest.approx(2 / 8)
+    assert shares[101]["Python and PyTorch's bindings"] == pytest.approx(2 / 10)
     for kind in (
         "oneDNN's matmul kernels",
-        "libtorch (dispatch, oneDNN's set-up, allocation)",
+        "MKL's sgemm (per-core weight gradients)",
+        "oneDNN's set-up and drivers",
+        "libtorch (dispatch, allocation, copies)",
         "glibc (malloc, memset)",
         "inductor's graph kernels",
         "Linux kernel",
         "other",
     ):
-        assert shares[101][kind] == pytest.approx(1 / 8), kind  # fmt: skip
+        assert shares[101][kind] == pytest.approx(1 / 10), kind  # fmt: skip
     text = module.table(shares, main=101)
     header, first = text.splitlines()[:2]
     assert header.split() == ["main", "thread", "100"]
-    assert first.split()[-2:] == ["12.5%", "50.0%"]  # oneDNN: main 1 of 8, the other 2 of 4
+    assert first.split()[-2:] == ["10.0%", "50.0%"]  # oneDNN: main 1 of 10, the other 2 of 4
     last = text.splitlines()[-1]
     assert last.startswith("waiting in OpenMP") and last.split()[-2:] == ["0.0%", "25.0%"]
 

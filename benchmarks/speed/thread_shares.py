@@ -7,9 +7,11 @@ A child process trains the task's reference model on the fused-compile path (the
 command takes on these CPUs) step after step; once it is warm, ``perf record`` samples it
 for ``--seconds``, and each thread's samples are sorted by the code they fell in: oneDNN's
 matmul kernels (code it writes at run time, which ``perf`` sees through PyTorch's map of
-it), latentlens's C kernels, Python and PyTorch's bindings, libtorch (the dispatcher,
-oneDNN's per-call set-up, allocation), glibc, inductor's graph kernels, the Linux kernel,
-and OpenMP's waits. A thread's share of its own samples is its share of the wall time.
+it), MKL's ``sgemm`` (the per-core engine's weight gradients, where the run chose it),
+latentlens's C kernels, Python and PyTorch's bindings, oneDNN's C++ (its per-call set-up
+and the drivers around its kernels), the rest of libtorch (the dispatcher, allocation,
+copies), glibc, inductor's graph kernels, the Linux kernel, and OpenMP's waits. A
+thread's share of its own samples is its share of the wall time.
 
 What the main thread does outside the parallel regions (Python, dispatch, allocation) the
 other threads wait through: their OpenMP share is the part of a single run's step that a
@@ -41,51 +43,61 @@ KERNELS = frozenset(source.stem for source in KERNEL_FOLDER.glob("*.c"))
 # Kinds of code, in the order the table prints them (:func:`kind_of` sorts a sample in)
 KINDS = (
     "oneDNN's matmul kernels",
+    "MKL's sgemm (per-core weight gradients)",
     "latentlens's C kernels",
     "Python and PyTorch's bindings",
-    "libtorch (dispatch, oneDNN's set-up, allocation)",
+    "oneDNN's set-up and drivers",
+    "libtorch (dispatch, allocation, copies)",
     "glibc (malloc, memset)",
     "inductor's graph kernels",
     "Linux kernel",
     "other",
     "waiting in OpenMP",
 )
+JIT, MKL, C_KERNELS, PYTHON, ONEDNN, LIBTORCH, GLIBC, INDUCTOR, LINUX, OTHER, OPENMP = KINDS
 WARM_STEPS = 30  # steps before sampling: compilation, the allocator's first sizes
 
 
-def kind_of(library: str) -> str:
+def kind_of(library: str, symbol: str = "") -> str:
     """The kind of code (:data:`KINDS`) of a sample in shared object ``library`` (a path or
-    a name as ``perf script`` prints it)."""
+    a name as ``perf script`` prints it) and function ``symbol`` (libtorch holds MKL and
+    oneDNN's C++ beside its own code; their functions tell them apart)."""
     name = Path(library.strip("()")).name
     stem = name.split(".so")[0]
     if name.startswith("perf-") and name.endswith(".map"):
-        return KINDS[0]  # code written at run time: oneDNN's JIT kernels
+        return JIT  # code written at run time: oneDNN's JIT kernels
     if stem in KERNELS:
-        return KINDS[1]
+        return C_KERNELS
     if stem.startswith(("libpython", "libtorch_python", "_ctypes", "libffi")):
-        return KINDS[2]
+        return PYTHON
     if stem in ("libtorch_cpu", "libtorch", "libc10", "libstdc++"):
-        return KINDS[3]
+        if symbol.startswith("mkl_"):
+            return MKL
+        if "dnnl::" in symbol or "ideep::" in symbol:
+            return ONEDNN
+        return LIBTORCH
     if stem in ("libc", "libm"):
-        return KINDS[4]
+        return GLIBC
     if name.endswith(".main.so") or "torchinductor" in library:
-        return KINDS[5]
+        return INDUCTOR
     if "kernel.kallsyms" in library:
-        return KINDS[6]
+        return LINUX
     if stem == "libgomp":
-        return KINDS[8]
-    return KINDS[7]
+        return OPENMP
+    return OTHER
 
 
 def thread_shares(lines: Iterable[str]) -> dict[int, dict[str, float]]:
-    """``{thread id: {kind: share of its samples}}`` from ``perf script -F tid,ip,dso -G``
-    lines (``TID ADDRESS (LIBRARY)``); lines of another form are passed over."""
+    """``{thread id: {kind: share of its samples}}`` from ``perf script -F tid,ip,sym,dso
+    -G`` lines (``TID ADDRESS SYMBOL (LIBRARY)``, the symbol ``[unknown]`` where perf has
+    none); lines of another form are passed over."""
     counts: dict[int, Counter] = defaultdict(Counter)
     for line in lines:
-        parts = line.split()
-        if len(parts) < 3 or not parts[0].isdigit() or not parts[-1].startswith("("):
+        parts = line.split(maxsplit=2)
+        if len(parts) < 3 or not parts[0].isdigit() or not parts[2].endswith(")"):
             continue
-        counts[int(parts[0])][kind_of(" ".join(parts[2:]))] += 1
+        symbol, found, library = parts[2].rpartition(" (")
+        counts[int(parts[0])][kind_of(f"({library}" if found else library, symbol.strip())] += 1
     return {tid: {kind: n / sum(c.values()) for kind, n in c.items()} for tid, c in counts.items()}
 
 
@@ -145,7 +157,7 @@ def sample(task: str, attention: str, seconds: float, frequency: int) -> str:
             first = next((line for line in done.stderr.splitlines() if line.strip()), "")
             raise SystemExit(f"thread_shares.py: perf record failed ({first}); sampling may "
                              "need kernel.perf_event_paranoid <= 2")  # fmt: skip
-        script = subprocess.run([perf, "script", "-i", str(data), "-F", "tid,ip,dso", "-G"],
+        script = subprocess.run([perf, "script", "-i", str(data), "-F", "tid,ip,sym,dso", "-G"],
                                 capture_output=True, text=True, check=True)  # fmt: skip
         return table(thread_shares(script.stdout.splitlines()), child.pid)
 
