@@ -9,6 +9,7 @@ import importlib.util
 import json
 import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -428,3 +429,40 @@ def test_processes_per_run_times_a_pair_by_its_slower_process(monkeypatch, capsy
     assert trips == [[80.0, 90.0], [400.0, 350.0]]
     assert sent == ["one", "rank 0", "rank 1", "rank 0", "rank 1", "one"]
     assert "0.800x" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("settings", "expected"),
+    [
+        (
+            {},
+            "--tasks fuzzy-logic --variants softmax linear hyla --rounds 1 --lengths 20000 "
+            "50000 --out OUT/command_fuzzy_logic.json",
+        ),
+        (
+            {"TASKS": "sraven fuzzy-logic-a1", "VARIANTS": "linear", "LENGTHS": "2000 6000"},
+            "--tasks sraven fuzzy-logic-a1 --variants linear --rounds 1 --lengths 2000 6000 "
+            "--out OUT/command_sraven_fuzzy_logic_a1.json",
+        ),
+    ],
+)
+def test_gpu_checks_command_passes_its_tasks_variants_and_lengths(
+    tmp_path, settings, expected
+) -> None:
+    """The GPU script's ``command`` check hands TASKS, VARIANTS and LENGTHS (or their
+    defaults) to ``command_side_by_side.py --device cuda``, its output named by the tasks:
+    run with a stand-in ``python3`` that says CUDA is there and records its arguments."""
+    bin_folder, log, out = tmp_path / "bin", tmp_path / "calls.txt", tmp_path / "OUT"
+    bin_folder.mkdir()
+    stand_in = bin_folder / "python3"
+    stand_in.write_text(f'#!/bin/sh\necho "$*" >> {log}\n')
+    stand_in.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k not in ("TASKS", "VARIANTS", "LENGTHS")}
+    env.update(settings, PATH=f"{bin_folder}:{os.environ['PATH']}", OFFICIAL="/official")
+    done = subprocess.run(["bash", str(BENCHMARKS / "gpu" / "gpu_checks.sh"), str(out),
+                           "command"], env=env, capture_output=True, text=True)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    calls = log.read_text().splitlines()
+    assert calls[0].startswith("-c import torch")  # the CUDA check, answered yes
+    assert calls[1] == (f"benchmarks/speed/command_side_by_side.py --official /official "
+                        f"--device cuda {expected.replace('OUT', str(out))}")  # fmt: skip

@@ -21,11 +21,14 @@
 #   kernels   kernel launches per compiled forward + backward (Triton), beside the twin
 #   profile   device busy time and costliest kernels of graphed, compiled steps
 #   command   `latentlens train --device cuda` at its defaults, as a user types it, beside the
-#             official code on the card (command_side_by_side.py --device cuda), fuzzy logic,
-#             one round per variant (about 4 min each: name fewer in VARIANTS on a short
-#             lease); needs OFFICIAL, a checkout of smonsays/hypernetwork-attention carried
-#             to the machine, and the wheels the image lacks on the import path (as
-#             gpu_setup.sh puts them). Not in the default list: it needs that checkout.
+#             official code on the card (command_side_by_side.py --device cuda), one round
+#             per variant of each task in TASKS (default fuzzy-logic; also fuzzy-logic-a1,
+#             sraven), each run to the steps in LENGTHS (default 20000 50000: about 4 min a
+#             fuzzy-logic variant; name fewer VARIANTS and shorter LENGTHS on a short lease,
+#             e.g. TASKS=sraven VARIANTS=linear LENGTHS="2000 6000"); needs OFFICIAL, a
+#             checkout of smonsays/hypernetwork-attention carried to the machine, and the
+#             wheels the image lacks on the import path (as gpu_setup.sh puts them). Not in
+#             the default list: it needs that checkout.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 if [[ $# -lt 1 ]]; then
@@ -99,10 +102,13 @@ for check in "${checks[@]}"; do
     command)
         # rows are written to command.json as they finish: a lease cut short keeps them
         read -ra variants <<< "${VARIANTS:-softmax linear hyla}"
-        run command_fuzzy_logic python3 benchmarks/speed/command_side_by_side.py \
+        read -ra tasks <<< "${TASKS:-fuzzy-logic}"
+        read -ra lengths <<< "${LENGTHS:-20000 50000}"
+        name="command_$(IFS=_; echo "${tasks[*]//-/_}")"
+        run "$name" python3 benchmarks/speed/command_side_by_side.py \
             --official "${OFFICIAL:?set OFFICIAL to a checkout of smonsays/hypernetwork-attention}" \
-            --device cuda --tasks fuzzy-logic --variants "${variants[@]}" --rounds 1 \
-            --out "$out/command.json"
+            --device cuda --tasks "${tasks[@]}" --variants "${variants[@]}" --rounds 1 \
+            --lengths "${lengths[@]}" --out "$out/$name.json"
         ;;
     *)
         echo "unknown check '$check': choose from tf32, tests, single, autotune, seeds, seeds-fl, kernels, profile, command" >&2
