@@ -466,3 +466,49 @@ def test_gpu_checks_command_passes_its_tasks_variants_and_lengths(
     assert calls[0].startswith("-c import torch")  # the CUDA check, answered yes
     assert calls[1] == (f"benchmarks/speed/command_side_by_side.py --official /official "
                         f"--device cuda {expected.replace('OUT', str(out))}")  # fmt: skip
+
+
+def test_operator_share_sorts_the_main_threads_chains(monkeypatch) -> None:
+    """Each main-thread sample of ``perf script`` with call chains sorted by what its chain
+    holds: a call into a kernel's operator, and there the kernel or the Python or C around
+    it; the graph's wrapper; elsewhere. Other threads' samples are left out."""
+    module = load_script(BENCHMARKS / "speed" / "operator_share.py", monkeypatch)
+    torch_cpu = "(/x/torch/lib/libtorch_cpu.so)"
+    call = f"\t 5 aoti_torch_call_dispatcher {torch_cpu}"
+    graph = "\t 6 inductor_entry_impl (/tmp/torchinductor/ab.main.so)"
+    lines = [
+        "100 ",  # Python around a kernel: the leaf in libpython, under an operator's call
+        "\t 1 _PyEval_EvalFrameDefault (/usr/lib/libpython3.11.so.1.0)",
+        call,
+        graph,
+        "",
+        "100 ",  # a C kernel through ctypes, under an operator's call
+        "\t 2 row_backward (/c/layer_norm.so)",
+        "\t 3 ffi_call (/usr/lib/libffi.so.8)",
+        call,
+        "",
+        "100 ",  # allocation around a kernel
+        "\t 4 _int_malloc (/usr/lib/x86_64-linux-gnu/libc.so.6)",
+        call,
+        "",
+        "100 ",  # the wrapper's own work
+        f"\t 7 at::empty_strided {torch_cpu}",
+        graph,
+        "",
+        "100 ",  # a chain cut short in JIT code
+        "\t 8 [unknown] (/tmp/perf-100.map)",
+        "",
+        "101 ",  # another thread: not counted
+        "\t 9 [unknown] (/x/torch/lib/libgomp.so.1)",
+        "",
+    ]
+    samples = module.call_chains(lines)
+    assert [tid for tid, _ in samples] == [100] * 5 + [101]
+    assert samples[1][1][0] == "2 row_backward (/c/layer_norm.so)"
+    shares = module.operator_shares(samples, main=100)
+    assert shares == {kind: 0.2 for kind in module.KINDS}
+    text = module.report(lines, main=100)
+    assert text.splitlines()[0] == "main thread, 5 samples"
+    assert text.splitlines()[1].endswith("20.0%")
+    with pytest.raises(SystemExit, match="no call chain of the main thread"):
+        module.operator_shares(samples, main=999)

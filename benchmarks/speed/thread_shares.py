@@ -31,7 +31,7 @@ import sys
 import tempfile
 import time
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -134,8 +134,17 @@ def run_steps(task: str, attention: str, ready: Path) -> None:
         trainer.train_step()
 
 
-def sample(task: str, attention: str, seconds: float, frequency: int) -> str:
-    """The child's threads' table after ``seconds`` of sampling at ``frequency`` Hz."""
+def sample(
+    task: str,
+    attention: str,
+    seconds: float,
+    frequency: int,
+    call_graph: Sequence[str] = ("-g",),
+    report: Callable[[list[str], int], str] | None = None,
+) -> str:
+    """The child's threads' table after ``seconds`` of sampling at ``frequency`` Hz; with
+    ``report``, its text of ``perf script -F tid,ip,sym,dso`` (each sample's unwound
+    chain, recorded with ``perf record``'s ``call_graph`` options) and the child's pid."""
     perf = perf_binary()
     with tempfile.TemporaryDirectory() as folder:
         ready, data = Path(folder) / "ready", Path(folder) / "perf.data"
@@ -147,7 +156,7 @@ def sample(task: str, attention: str, seconds: float, frequency: int) -> str:
                     raise SystemExit(f"thread_shares.py: the training child exited with "
                                      f"{child.returncode} before it was warm")  # fmt: skip
                 time.sleep(0.5)
-            record = [perf, "record", "-F", str(frequency), "-g", "-p", str(child.pid),
+            record = [perf, "record", "-F", str(frequency), *call_graph, "-p", str(child.pid),
                       "-o", str(data), "--", "sleep", str(seconds)]  # fmt: skip
             done = subprocess.run(record, capture_output=True, text=True)
         finally:
@@ -157,8 +166,11 @@ def sample(task: str, attention: str, seconds: float, frequency: int) -> str:
             first = next((line for line in done.stderr.splitlines() if line.strip()), "")
             raise SystemExit(f"thread_shares.py: perf record failed ({first}); sampling may "
                              "need kernel.perf_event_paranoid <= 2")  # fmt: skip
-        script = subprocess.run([perf, "script", "-i", str(data), "-F", "tid,ip,sym,dso", "-G"],
+        fields = [perf, "script", "-i", str(data), "-F", "tid,ip,sym,dso"]
+        script = subprocess.run(fields + (["-G"] if report is None else []),
                                 capture_output=True, text=True, check=True)  # fmt: skip
+        if report is not None:
+            return report(script.stdout.splitlines(), child.pid)
         return table(thread_shares(script.stdout.splitlines()), child.pid)
 
 
