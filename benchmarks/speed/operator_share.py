@@ -1,5 +1,7 @@
-"""How much of a single run's main thread the kernels' operator calls spend around their
-kernels: the Python a C++ body would remove, by `perf` sampling with unwound call chains.
+"""The share of a single run's main thread spent around the kernels' operator calls.
+
+What the kernels' operators cost around their kernels, the Python a C++ body would remove
+among it, by `perf` sampling with unwound call chains:
 
     python benchmarks/speed/operator_share.py [--task fuzzy-logic] [--attention linear]
         [--seconds 3] [--frequency 199] [--out FILE.txt]
@@ -19,7 +21,6 @@ the defaults take some 1,200 samples. Needs Linux ``perf`` as ``thread_shares.py
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from collections import Counter
@@ -92,12 +93,7 @@ def report(lines: list[str], main: int) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--task", default="fuzzy-logic", choices=["fuzzy-logic", "sraven"])
-    parser.add_argument("--attention", default="linear")
-    parser.add_argument("--seconds", type=float, default=3.0)
-    parser.add_argument("--frequency", type=int, default=199)
-    parser.add_argument("--out", type=Path)
+    parser = thread_shares.sampling_parser(__doc__.splitlines()[0], "linear", 3.0, 199)
     args = parser.parse_args()
     chains = ("--call-graph", "dwarf,16384")
     text = thread_shares.sample(args.task, args.attention, args.seconds, args.frequency,

@@ -174,13 +174,22 @@ def sample(
         return table(thread_shares(script.stdout.splitlines()), child.pid)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def sampling_parser(
+    description: str, attention: str, seconds: float, frequency: int
+) -> argparse.ArgumentParser:
+    """The flags of a script that samples the child: ``--task``, ``--attention``,
+    ``--seconds``, ``--frequency`` and ``--out``, with these defaults."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--task", default="fuzzy-logic", choices=["fuzzy-logic", "sraven"])
-    parser.add_argument("--attention", default="softmax")
-    parser.add_argument("--seconds", type=float, default=15.0)
-    parser.add_argument("--frequency", type=int, default=1000)
+    parser.add_argument("--attention", default=attention)
+    parser.add_argument("--seconds", type=float, default=seconds)
+    parser.add_argument("--frequency", type=int, default=frequency)
     parser.add_argument("--out", type=Path)
+    return parser
+
+
+def main() -> None:
+    parser = sampling_parser(__doc__.splitlines()[0], "softmax", 15.0, 1000)
     parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child is not None:
