@@ -100,7 +100,7 @@ for check in "${checks[@]}"; do
         done
         ;;
     command)
-        # rows are written to command.json as they finish: a lease cut short keeps them
+        # rows are written to OUT/command_TASKS.json as they finish: a lease cut short keeps them
         read -ra variants <<< "${VARIANTS:-softmax linear hyla}"
         read -ra tasks <<< "${TASKS:-fuzzy-logic}"
         read -ra lengths <<< "${LENGTHS:-20000 50000}"

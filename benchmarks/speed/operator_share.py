@@ -66,30 +66,33 @@ def kind_of_chain(frames: list[str]) -> str:
     if any(call in chain for call in OPERATOR_CALLS):
         if any(call in chain for call in KERNEL_CALLS):
             return KERNELS
-        symbol, _, library = frames[0].partition(" ")[2].rpartition(" (")
-        leaf = thread_shares.kind_of(f"({library}", symbol)
+        leaf = thread_shares.kind_of_frame(frames[0].partition(" ")[2])  # past the address
         return AROUND_PYTHON if leaf == thread_shares.PYTHON else AROUND_NATIVE
     if any(call in chain for call in GRAPH_CALLS):
         return WRAPPER
     return ELSEWHERE
 
 
+def main_chains(samples: list[tuple[int, list[str]]], main: int) -> list[list[str]]:
+    """The chains of thread ``main``'s samples (those perf unwound at all)."""
+    chains = [frames for tid, frames in samples if tid == main and frames]
+    if not chains:
+        raise SystemExit("operator_share.py: perf recorded no call chain of the main thread")
+    return chains
+
+
 def operator_shares(samples: list[tuple[int, list[str]]], main: int) -> dict[str, float]:
     """Each kind's share of thread ``main``'s samples."""
-    kinds = Counter(kind_of_chain(frames) for tid, frames in samples if tid == main and frames)
-    total = sum(kinds.values())
-    if total == 0:
-        raise SystemExit("operator_share.py: perf recorded no call chain of the main thread")
-    return {kind: kinds[kind] / total for kind in KINDS}
+    chains = main_chains(samples, main)
+    kinds = Counter(map(kind_of_chain, chains))
+    return {kind: kinds[kind] / len(chains) for kind in KINDS}
 
 
 def report(lines: list[str], main: int) -> str:
     """The main thread's table of :func:`operator_shares` from ``perf script`` lines."""
     samples = call_chains(lines)
-    shares = operator_shares(samples, main)
-    count = sum(1 for tid, frames in samples if tid == main and frames)
-    rows = [f"{kind:75s}{share:7.1%}" for kind, share in shares.items()]
-    return f"main thread, {count} samples\n" + "\n".join(rows)
+    rows = [f"{kind:75s}{share:7.1%}" for kind, share in operator_shares(samples, main).items()]
+    return f"main thread, {len(main_chains(samples, main))} samples\n" + "\n".join(rows)
 
 
 def main() -> None:

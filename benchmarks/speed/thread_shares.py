@@ -87,6 +87,13 @@ def kind_of(library: str, symbol: str = "") -> str:
     return OTHER
 
 
+def kind_of_frame(frame: str) -> str:
+    """The kind of code of a frame as ``perf script`` prints it after the address:
+    ``SYMBOL (LIBRARY)``, or ``(LIBRARY)`` alone."""
+    symbol, found, library = frame.rpartition(" (")
+    return kind_of(f"({library}" if found else library, symbol.strip())
+
+
 def thread_shares(lines: Iterable[str]) -> dict[int, dict[str, float]]:
     """``{thread id: {kind: share of its samples}}`` from ``perf script -F tid,ip,sym,dso
     -G`` lines (``TID ADDRESS SYMBOL (LIBRARY)``, the symbol ``[unknown]`` where perf has
@@ -96,8 +103,7 @@ def thread_shares(lines: Iterable[str]) -> dict[int, dict[str, float]]:
         parts = line.split(maxsplit=2)
         if len(parts) < 3 or not parts[0].isdigit() or not parts[2].endswith(")"):
             continue
-        symbol, found, library = parts[2].rpartition(" (")
-        counts[int(parts[0])][kind_of(f"({library}" if found else library, symbol.strip())] += 1
+        counts[int(parts[0])][kind_of_frame(parts[2])] += 1
     return {tid: {kind: n / sum(c.values()) for kind, n in c.items()} for tid, c in counts.items()}
 
 
