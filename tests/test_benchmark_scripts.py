@@ -512,3 +512,41 @@ def test_operator_share_sorts_the_main_threads_chains(monkeypatch) -> None:
     assert text.splitlines()[1].endswith("20.0%")
     with pytest.raises(SystemExit, match="no call chain of the main thread"):
         module.operator_shares(samples, main=999)
+
+
+def test_operator_bodies_times_each_body_in_turns(monkeypatch, capsys) -> None:
+    """operator_bodies.py runs the command with the C++ bodies (the switch unset) and with
+    the Python ones (``LATENTLENS_NATIVE_OPERATORS=0``), the order swapped each round, and
+    reports each round's ratio C++ / Python and their mean."""
+    script = BENCHMARKS / "speed" / "operator_bodies.py"
+    monkeypatch.syspath_prepend(str(script.parent))
+    module = load_script(script, monkeypatch)
+    from speed.command_side_by_side import CommandRate  # noqa: PLC0415 -- the script's room
+
+    monkeypatch.setenv(module.SWITCH, "1")
+    seen, rates = [], {None: [110.0, 120.0, 100.0], "0": [100.0, 100.0, 100.0]}
+
+    def command_rate(task, variant, runs, limits, folder, tag):
+        switch = os.environ.get(module.SWITCH)
+        seen.append((tag, switch))
+        total = rates[switch].pop(0)
+        return CommandRate(total, [total], [total], ["fused-compile"])
+
+    monkeypatch.setattr(module, "command_rate", command_rate)
+    switch = module.SWITCH
+    monkeypatch.setattr(module, "prime", lambda *a: seen.append(("prime", os.environ.get(switch))))
+    assert module.main(["--variants", "linear", "--rounds", "3"]) == 0
+    assert seen == [
+        ("prime", None),
+        ("prime", "0"),
+        ("cpp-r0", None),
+        ("python-r0", "0"),
+        ("python-r1", "0"),
+        ("cpp-r1", None),
+        ("cpp-r2", None),
+        ("python-r2", "0"),
+    ]
+    out = capsys.readouterr().out
+    assert "round 1: C++ 110.0, Python 100.0 steps/s" in out and "1.100x" in out
+    assert "fuzzy-logic linear: 1.100x [" in out and "over 3 rounds" in out
+    assert module.SWITCH not in os.environ  # left on the C++ bodies, the default

@@ -98,7 +98,14 @@ def kernels_for(spec: Spec) -> ctypes.CDLL:
 
 def fixed_defines(spec: Spec) -> tuple[tuple[str, int], ...]:
     """The preprocessor defines of a library built for ``spec``'s sizes and options."""
-    return tuple((f"FIXED_{name.upper()}", getattr(spec, name)) for name in FIXED)
+    return defines_of(tuple(getattr(spec, name) for name in FIXED))
+
+
+def defines_of(values: tuple[int, ...]) -> tuple[tuple[str, int], ...]:
+    """The preprocessor defines of a library built for the values of :data:`FIXED`'s
+    fields, in order."""
+    pairs = zip(FIXED, values, strict=True)
+    return tuple((f"FIXED_{name.upper()}", value) for name, value in pairs)
 
 
 def address(tensor: torch.Tensor | None) -> int | None:

@@ -173,6 +173,10 @@ def slices(units: int, most: int = SLICES) -> int:
 # The library the kernels' operators are defined in (``torch.ops.latentlens``); it must
 # live as long as the process: a dropped Library takes its operators with it.
 OPERATORS = torch.library.Library("latentlens", "FRAGMENT")
+# Each operator's Python body, and the library that registers it as the CPU kernel (apart
+# from the definitions, so that native.py can hand the kernel to a C++ body and back).
+PYTHON_BODIES: dict[str, Callable] = {}
+_body_registrations: dict[str, torch.library.Library] = {}
 
 
 def operator(name: str) -> Callable[[Callable], torch._ops.OpOverload]:
@@ -180,6 +184,7 @@ def operator(name: str) -> Callable[[Callable], torch._ops.OpOverload]:
     annotations, nothing mutated) as the CPU operator ``latentlens::{name}``, which a
     compiled step calls. Its fake and autograd functions are registered on what it
     returns (:func:`torch.library.register_fake`, :func:`torch.library.register_autograd`).
+    :mod:`latentlens.kernels.native` may replace the Python body by a C++ one.
 
     A plain library operator rather than :func:`torch.library.custom_op`, whose Python
     wrappers (an autograd kernel on every operator, checks of each call's outputs) cost
@@ -190,10 +195,26 @@ def operator(name: str) -> Callable[[Callable], torch._ops.OpOverload]:
     def define(function: Callable) -> torch._ops.OpOverload:
         schema = torch.library.infer_schema(function, mutates_args=())
         OPERATORS.define(name + schema)
-        OPERATORS.impl(name, function, "CPU")
+        PYTHON_BODIES[name] = function
+        use_python_bodies([name])
         return getattr(torch.ops.latentlens, name).default
 
     return define
+
+
+def use_python_bodies(names: list[str]) -> None:
+    """Register the Python bodies of the operators ``names`` as their CPU kernels."""
+    for name in names:
+        registration = torch.library.Library("latentlens", "IMPL")
+        registration.impl(name, PYTHON_BODIES[name], "CPU")
+        _body_registrations[name] = registration
+
+
+def drop_python_bodies(names: list[str]) -> None:
+    """Take the Python bodies of the operators ``names`` off their CPU kernels (for C++
+    ones: a CPU kernel registered over another is a warning)."""
+    for name in names:
+        _body_registrations.pop(name)._destroy()
 
 
 def operators(
@@ -236,34 +257,46 @@ def load(name: str, defines: tuple[tuple[str, int], ...] = ()) -> ctypes.CDLL:
     result = openmp_error = None
     for parallel in (OPENMP, WITHOUT_OPENMP):
         flags = [*FLAGS, *(f"-D{macro}={value}" for macro, value in defines), parallel]
-        setting = [" ".join(flags), compiler, compiler_version(compiler), cpu_identity()]
-        texts = [path.read_bytes() for path in (source, *local_includes(source))]
-        key = hashlib.sha256(b"\0".join([*texts, *map(str.encode, setting)]))
-        library = cache_folder() / "kernels" / key.hexdigest()[:16] / f"{name}.so"
-        own_folder(library.parent)
-        failed = library.with_suffix(".failed")  # this setting's errors, for a day
-        if (result := failed_before(failed)) is None:
-            if not (library.exists() and trusted(library)):
-                result = build(compiler, flags, source, library)
-            if result is None:
-                if parallel == WITHOUT_OPENMP:
-                    warnings.warn(
-                        f"the fused CPU kernel {name}.c was built without OpenMP ({compiler} "
-                        f"could not build {OPENMP}: {first_line(openmp_error or '')}), so it "
-                        "runs on one thread; install OpenMP (e.g. libomp-dev for clang) for "
-                        "parallel kernels",
-                        stacklevel=2,
-                    )
-                return ctypes.CDLL(str(library))
-            if parallel == OPENMP:
-                partial = failed.with_name(f"{failed.name}.{os.getpid()}")
-                partial.write_text(result)
-                os.replace(partial, failed)
+        library, result = cached_build(compiler, flags, source, remember=parallel == OPENMP)
+        if result is None:
+            if parallel == WITHOUT_OPENMP:
+                warnings.warn(
+                    f"the fused CPU kernel {name}.c was built without OpenMP ({compiler} "
+                    f"could not build {OPENMP}: {first_line(openmp_error or '')}), so it "
+                    "runs on one thread; install OpenMP (e.g. libomp-dev for clang) for "
+                    "parallel kernels",
+                    stacklevel=2,
+                )
+            return ctypes.CDLL(str(library))
         openmp_error = result
     raise RuntimeError(
         f"building the fused CPU kernel {name}.c with {compiler} failed; train "
         f"without --fused, or report this output:\n{result}"
     )
+
+
+def cached_build(
+    compiler: str, flags: list[str], source: Path, remember: bool = True, key: tuple[str, ...] = ()
+) -> tuple[Path, str | None]:
+    """``(library, errors)``: where the cache holds ``source`` built with ``compiler`` and
+    ``flags`` (built now where it is missing or untrusted; ``key``: more that the build
+    depends on, such as PyTorch's version for its headers), and the compiler's errors
+    where that build failed (None: it is there to load). A failure is remembered for
+    :data:`RETRY_FAILED_AFTER` seconds where ``remember``."""
+    setting = [" ".join(flags), compiler, compiler_version(compiler), cpu_identity(), *key]
+    texts = [path.read_bytes() for path in (source, *local_includes(source))]
+    digest = hashlib.sha256(b"\0".join([*texts, *map(str.encode, setting)]))
+    library = cache_folder() / "kernels" / digest.hexdigest()[:16] / f"{source.stem}.so"
+    own_folder(library.parent)
+    failed = library.with_suffix(".failed")  # this setting's errors, for a day
+    if (result := failed_before(failed)) is None:
+        if not (library.exists() and trusted(library)):
+            result = build(compiler, flags, source, library)
+        if result is not None and remember:
+            partial = failed.with_name(f"{failed.name}.{os.getpid()}")
+            partial.write_text(result)
+            os.replace(partial, failed)
+    return library, result
 
 
 def first_line(text: str) -> str:
@@ -278,7 +311,7 @@ def build(compiler: str, flags: list[str], source: Path, library: Path) -> str |
     with tempfile.TemporaryDirectory(dir=library.parent) as scratch:
         built = Path(scratch) / library.name
         result = subprocess.run(
-            [compiler, *flags, "-o", str(built), str(source)], capture_output=True, text=True
+            [compiler, str(source), *flags, "-o", str(built)], capture_output=True, text=True
         )
         if result.returncode:
             return result.stderr.strip() or f"{compiler} exited with {result.returncode}"

@@ -46,7 +46,9 @@ WEIGHT_GRADIENTS = ("onednn", "per-core")
 # The per-core engine cuts the rows into this many parts whatever the thread count (at most
 # this many threads sum them); a power of two
 PARTS = 4
-_engine = {"weight_gradients": "onednn"}  # the process's, as its thread count is
+# The process's engine, as its thread count is: 1 where per-core (a C int, which the C++
+# operators' bodies read: latentlens.kernels.native)
+PER_CORE = ctypes.c_int(0)
 
 
 # PyTorch was built with oneDNN and has its linear operator (a constant compiled code reads)
@@ -103,12 +105,12 @@ def use_weight_gradients(engine: str) -> None:
     if engine == "per-core" and not has_per_core():
         raise ValueError("weight_gradients='per-core' needs PyTorch's sgemm_, which this "
                          "build does not export; use 'onednn'")  # fmt: skip
-    _engine["weight_gradients"] = engine
+    PER_CORE.value = engine == "per-core"
 
 
 def weight_gradients() -> str:
     """The engine this process's weights' gradients are summed with."""
-    return _engine["weight_gradients"]
+    return "per-core" if PER_CORE.value else "onednn"
 
 
 def has_per_core() -> bool:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from latentlens.kernels import attention_core, build, gelu_tanh, layer_norm, mlp
+from latentlens.kernels import attention_core, build, gelu_tanh, layer_norm, mlp, native
 from latentlens.models import transformer
 from latentlens.training import SeedGroup, Trainer, seed_configs
 from tests.training.test_trainer import tiny_config
@@ -69,7 +69,9 @@ def test_a_compiled_fused_run_trains_as_the_eager_run(
     ``layer_norm.COMPILED_FROM`` numbers (lowered here to 1 for ``stream``; this model's
     stream, 32 x 16 x 32, is below the default). Dropout is off and the tolerance is
     ``--compile``'s (tests/training/test_cpu_compile.py: inductor draws its own random
-    numbers and may reorder float sums)."""
+    numbers and may reorder float sums). The kernels' calls are counted on the operators'
+    Python bodies; the C++ bodies (latentlens.kernels.native) train a third run to the
+    same bits."""
     config = tiny_config(steps=20, attention=attention)
     config = {**config, "model": {**config["model"], "attention_dropout": 0.0}}
     eager = Trainer.create(tmp_path / "eager", config, device="cpu", quiet=True)
@@ -77,7 +79,7 @@ def test_a_compiled_fused_run_trains_as_the_eager_run(
                           compile=True)  # fmt: skip
     calls = []
     kernel = attention_core.core_forward
-    with pytest.MonkeyPatch.context() as patch:
+    with pytest.MonkeyPatch.context() as patch, native.python_bodies():
         patch.setattr(attention_core, "core_forward", lambda *a: calls.append("core") or kernel(*a))
         for module in (gelu_tanh, layer_norm, mlp):
             patch.setattr(module, "library", CountingLibrary.of(module.library(), calls))
@@ -99,6 +101,14 @@ def test_a_compiled_fused_run_trains_as_the_eager_run(
                         ("embed_layer_norm_forward", once),
                         ("embed_layer_norm_backward", once)]:  # fmt: skip
         assert calls.count(name) == 12 * count, name
+    if native.loaded():
+        cpp = Trainer.create(tmp_path / "cpp", config, device="cpu", quiet=True, fused=True,
+                             compile=True)  # fmt: skip
+        with pytest.MonkeyPatch.context() as patch:
+            if stream:
+                patch.setattr(transformer, "COMPILED_FROM", 1)
+            cpp_losses = torch.stack([cpp.train_step().detach() for _ in range(12)])
+        assert torch.equal(cpp_losses, both_losses)
     eager_losses = torch.stack([eager.train_step().detach() for _ in range(12)])
     torch.testing.assert_close(both_losses, eager_losses, rtol=1e-3, atol=1e-4)
     weights = both.model.state_dict()
@@ -108,9 +118,24 @@ def test_a_compiled_fused_run_trains_as_the_eager_run(
         torch.testing.assert_close(weights[name], weight, rtol=1e-3, atol=1e-4, msg=name)
 
 
+@pytest.fixture(params=["python", "cpp"])
+def operator_bodies(request):
+    """The kernels' operators on their Python bodies, then on their C++ ones."""
+    if request.param == "python":
+        with native.python_bodies():
+            yield
+    elif native.cxx_compiler() is None:
+        pytest.skip("no C++ compiler here: the operators keep their Python bodies")
+    else:
+        assert native.load()
+        yield
+
+
+@pytest.mark.usefixtures("operator_bodies")
 def test_the_kernel_operators_are_registered_completely() -> None:
     """torch.library's checks of the operators compiled steps call: their fake (shape)
-    functions, autograd formulas and schemas against the kernels themselves."""
+    functions, autograd formulas and schemas against the kernels themselves, with either
+    body."""
     gen = torch.Generator().manual_seed(0)
     packed = torch.randn(2, 19, 3, 2 + 2 + 3, generator=gen, requires_grad=True)
     bias = torch.randn(3, 19 - 4, 19, generator=gen, requires_grad=True)
