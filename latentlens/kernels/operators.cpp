@@ -501,60 +501,79 @@ Tensor core_backward(Spec s, const Tensor &q, const Tensor &k, const Tensor &v,
     return dbias ? dbias->select(0, 0) : q.new_empty({0});  // the kernel added the slices
 }
 
+/* q, k and v of a self-attention's projection packed [batch, pos, head, d_q + d_k + d_v]
+   (made contiguous), viewed in place, and the kernel's Spec of them (packed_core). */
+struct Packed {
+    Tensor packed, q, k, v;
+    Spec spec;
+};
+
 Tensors3 unpack(const Tensor &packed, int64_t d_q, int64_t d_k, int64_t query_start) {
     return {packed.slice(1, query_start).slice(3, 0, d_q), packed.slice(3, d_q, d_q + d_k),
             packed.slice(3, d_q + d_k)};
 }
 
-Tensors2 self_attention_core(const Tensor &packed_in, const MaybeTensor &bias,
+Packed packed_core(const Tensor &given, int64_t d_q, int64_t d_k, const Options &o) {
+    const Tensor packed = given.contiguous();
+    auto [q, k, v] = unpack(packed, d_q, d_k, o.query_start);
+    return {packed, q, k, v, core_spec(q, k, v, o)};
+}
+
+/* q apart and k and v packed in kv [batch, key, head, d_k + d_v] (query_core). */
+struct Queried {
+    Tensor q, kv, k, v;
+    Spec spec;
+};
+
+Queried query_core(const Tensor &q_in, const Tensor &kv_in, int64_t d_k, const Options &o) {
+    const Tensor q = q_in.contiguous(), kv = kv_in.contiguous();
+    const Tensor k = kv.slice(3, 0, d_k), v = kv.slice(3, d_k);
+    return {q, kv, k, v, core_spec(q, k, v, o)};
+}
+
+Tensors2 self_attention_core(const Tensor &packed, const MaybeTensor &bias,
                              const MaybeTensor &drop, int64_t d_q, int64_t d_k,
                              c10::string_view normalization,
                              std::optional<c10::string_view> activation, bool causal,
                              int64_t query_start, double eps) {
-    const Tensor packed = packed_in.contiguous();
-    auto [q, k, v] = unpack(packed, d_q, d_k, query_start);
-    const Spec s = core_spec(q, k, v, {normalization, activation, causal, query_start, eps});
-    return core_forward(s, q, k, v, bias, drop);
+    const Packed p = packed_core(packed, d_q, d_k,
+                                 {normalization, activation, causal, query_start, eps});
+    return core_forward(p.spec, p.q, p.k, p.v, bias, drop);
 }
 
-Tensors2 self_attention_core_backward(const Tensor &packed_in, const MaybeTensor &bias,
+Tensors2 self_attention_core_backward(const Tensor &packed, const MaybeTensor &bias,
                                       const MaybeTensor &drop, const Tensor &rows,
                                       const Tensor &dz, int64_t d_q, int64_t d_k,
                                       c10::string_view normalization,
                                       std::optional<c10::string_view> activation, bool causal,
                                       int64_t query_start, double eps) {
-    const Tensor packed = packed_in.contiguous();
-    auto [q, k, v] = unpack(packed, d_q, d_k, query_start);
-    const Spec s = core_spec(q, k, v, {normalization, activation, causal, query_start, eps});
+    const Packed p = packed_core(packed, d_q, d_k,
+                                 {normalization, activation, causal, query_start, eps});
     // Positions before the queries ask nothing of q: their gradient is left zero.
-    Tensor d_packed = query_start ? at::zeros_like(packed) : at::empty_like(packed);
+    Tensor d_packed = query_start ? at::zeros_like(p.packed) : at::empty_like(p.packed);
     auto [dq, dk, dv] = unpack(d_packed, d_q, d_k, query_start);
-    return {d_packed, core_backward(s, q, k, v, bias, drop, rows, dz, dq, dk, dv)};
+    return {d_packed, core_backward(p.spec, p.q, p.k, p.v, bias, drop, rows, dz, dq, dk, dv)};
 }
 
-Tensors2 query_attention_core(const Tensor &q_in, const Tensor &kv_in, const MaybeTensor &bias,
+Tensors2 query_attention_core(const Tensor &q, const Tensor &kv, const MaybeTensor &bias,
                               const MaybeTensor &drop, int64_t d_k,
                               c10::string_view normalization,
                               std::optional<c10::string_view> activation, bool causal,
                               int64_t query_start, double eps) {
-    const Tensor q = q_in.contiguous(), kv = kv_in.contiguous();
-    const Tensor k = kv.slice(3, 0, d_k), v = kv.slice(3, d_k);
-    const Spec s = core_spec(q, k, v, {normalization, activation, causal, query_start, eps});
-    return core_forward(s, q, k, v, bias, drop);
+    const Queried c = query_core(q, kv, d_k, {normalization, activation, causal, query_start, eps});
+    return core_forward(c.spec, c.q, c.k, c.v, bias, drop);
 }
 
-Tensors3 query_attention_core_backward(const Tensor &q_in, const Tensor &kv_in,
-                                       const MaybeTensor &bias, const MaybeTensor &drop,
-                                       const Tensor &rows, const Tensor &dz, int64_t d_k,
+Tensors3 query_attention_core_backward(const Tensor &q, const Tensor &kv, const MaybeTensor &bias,
+                                       const MaybeTensor &drop, const Tensor &rows,
+                                       const Tensor &dz, int64_t d_k,
                                        c10::string_view normalization,
                                        std::optional<c10::string_view> activation, bool causal,
                                        int64_t query_start, double eps) {
-    const Tensor q = q_in.contiguous(), kv = kv_in.contiguous();
-    const Tensor k = kv.slice(3, 0, d_k), v = kv.slice(3, d_k);
-    const Spec s = core_spec(q, k, v, {normalization, activation, causal, query_start, eps});
-    Tensor dq = at::empty_like(q), d_kv = at::empty_like(kv);
-    Tensor dbias = core_backward(s, q, k, v, bias, drop, rows, dz, dq, d_kv.slice(3, 0, d_k),
-                                 d_kv.slice(3, d_k));
+    const Queried c = query_core(q, kv, d_k, {normalization, activation, causal, query_start, eps});
+    Tensor dq = at::empty_like(c.q), d_kv = at::empty_like(c.kv);
+    Tensor dbias = core_backward(c.spec, c.q, c.k, c.v, bias, drop, rows, dz, dq,
+                                 d_kv.slice(3, 0, d_k), d_kv.slice(3, d_k));
     return {dq, d_kv, dbias};
 }
 
