@@ -550,3 +550,52 @@ def test_operator_bodies_times_each_body_in_turns(monkeypatch, capsys) -> None:
     assert "round 1: C++ 110.0, Python 100.0 steps/s" in out and "1.100x" in out
     assert "fuzzy-logic linear: 1.100x [" in out and "over 3 rounds" in out
     assert module.SWITCH not in os.environ  # left on the C++ bodies, the default
+
+
+def test_operator_bodies_runs_to_given_lengths(monkeypatch, capsys) -> None:
+    """``--lengths`` times runs that go to the end at those steps (the mid-length runs that
+    take the fused kernels eagerly) instead of budgets; lengths out of order are refused."""
+    script = BENCHMARKS / "speed" / "operator_bodies.py"
+    monkeypatch.syspath_prepend(str(script.parent))
+    module = load_script(script, monkeypatch)
+    from speed.command_side_by_side import CommandRate  # noqa: PLC0415 -- the script's room
+
+    limits_seen = []
+
+    def command_rate(task, variant, runs, limits, folder, tag):
+        limits_seen.append(limits)
+        return CommandRate(100.0, [100.0], [90.0], ["fused"])
+
+    monkeypatch.setattr(module, "command_rate", command_rate)
+    monkeypatch.setattr(module, "prime", lambda *a: None)
+    assert module.main(["--variants", "hyla", "--rounds", "1", "--lengths", "1500", "3000"]) == 0
+    assert [(a.steps, b.steps) for a, b in limits_seen] == [(1500, 3000)] * 2
+    assert all(a.seconds is None and b.seconds is None for a, b in limits_seen)
+    assert "runs of 1500 and 3000 steps" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        module.main(["--lengths", "3000", "1500"])
+    assert "shorter first" in capsys.readouterr().err
+
+
+def test_eager_bodies_switches_each_route_and_back(monkeypatch) -> None:
+    """eager_bodies.py's routes: the Python bodies called directly, the registered bodies
+    below autograd, or the operators (what a compiled step calls); ``registered`` is the
+    library's own and what it leaves behind."""
+    script = BENCHMARKS / "speed" / "eager_bodies.py"
+    module = load_script(script, monkeypatch)
+    import torch  # noqa: PLC0415 -- as the script's room has it
+
+    from latentlens.kernels import build, compiling, gelu_tanh, layer_norm, mlp  # noqa: PLC0415
+
+    x = torch.randn(3, 8)
+    try:
+        module.use_route("python")
+        assert all(m.body is module.python_body and m.compiling is compiling
+                   for m in (gelu_tanh, layer_norm, mlp))  # fmt: skip
+        assert torch.equal(module.python_body(gelu_tanh.gelu_tanh, x), gelu_tanh.forward_values(x))
+        module.use_route("operators")
+        assert all(m.body is build.body and m.compiling() for m in (gelu_tanh, layer_norm, mlp))
+    finally:
+        module.use_route("registered")
+    assert all(m.body is build.body and m.compiling is compiling
+               for m in (gelu_tanh, layer_norm, mlp))  # fmt: skip

@@ -1,7 +1,7 @@
 """`latentlens train` with the kernels' operators' C++ bodies against their Python ones.
 
     python benchmarks/speed/operator_bodies.py [--tasks fuzzy-logic] [--variants linear
-        softmax] [--rounds 3] [--budgets 20 60] [--out FILE.json]
+        softmax] [--rounds 3] [--budgets 20 60 | --lengths STEPS STEPS] [--out FILE.json]
 
 The command a user types at its defaults (``command_side_by_side.py``'s, its rate the
 difference of two ``--time-budget`` runs, so that start-up cancels), once with the C++
@@ -9,7 +9,10 @@ bodies (``latentlens.kernels.native``, the default) and once with
 ``LATENTLENS_NATIVE_OPERATORS=0`` (the Python bodies), in turns within each round, the
 order swapped every round. Both runs share the path calibration's cache, so they take the
 same path; what differs is the operators' bodies alone. Prints each round's ratio (C++ /
-Python) and their mean with its 95% interval (Student's t).
+Python) and their mean with its 95% interval (Student's t). ``--lengths 1500 3000`` runs
+both commands to the end at those steps instead (``command_side_by_side.py``'s option):
+runs of 1,000 to 4,999 steps compile nothing and take the fused kernels eagerly where
+those are faster, whose autograd functions call the same bodies.
 """
 
 from __future__ import annotations
@@ -44,11 +47,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--variants", nargs="+", default=["linear", "softmax"])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--budgets", type=float, nargs=2, default=[20.0, 60.0])
+    parser.add_argument("--lengths", type=int, nargs=2, metavar="STEPS",
+                        help="run both commands to the end at these --steps instead")  # fmt: skip
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
-    limits = tuple(Limit(seconds=seconds) for seconds in args.budgets)
-    print(f"{processor()}; the command at its defaults, rates by the difference of "
-          f"{args.budgets[0]:g} and {args.budgets[1]:g} s budgets")  # fmt: skip
+    if args.lengths is not None and not 0 < args.lengths[0] < args.lengths[1]:
+        parser.error(f"--lengths {args.lengths[0]} {args.lengths[1]}: give two step counts, "
+                     "shorter first")  # fmt: skip
+    if args.lengths is None:
+        limits = tuple(Limit(seconds=seconds) for seconds in args.budgets)
+        measure = f"{args.budgets[0]:g} and {args.budgets[1]:g} s budgets"
+    else:
+        limits = tuple(Limit(steps=steps) for steps in args.lengths)
+        measure = f"runs of {args.lengths[0]} and {args.lengths[1]} steps"
+    print(f"{processor()}; the command at its defaults, rates by the difference of {measure}")
     results = []
     with tempfile.TemporaryDirectory() as scratch:
         folder = Path(scratch)

@@ -5,9 +5,9 @@ attention core (:mod:`~latentlens.kernels.attention_core`), the tanh GELU
 (:mod:`~latentlens.kernels.mlp`), a bias add (:mod:`~latentlens.kernels.bias_add`) and
 AdamW's step (:mod:`~latentlens.kernels.adamw`). Their sums over rows are cut into a fixed
 number of slices, not one per thread (:data:`~latentlens.kernels.build.SLICES`): the same
-numbers on any thread count. The PyTorch operators a compiled step calls them through have
-C++ bodies where a C++ compiler builds them (:mod:`~latentlens.kernels.native`), else
-their Python ones.
+numbers on any thread count. The PyTorch operators a compiled step calls them through,
+whose bodies an eager step's autograd functions call too, have C++ bodies where a C++
+compiler builds them (:mod:`~latentlens.kernels.native`), else their Python ones.
 
 The package knows tensors, not model classes: the models switch themselves to it
 (:func:`latentlens.models.use_fused_kernels`, training's ``--fused``).

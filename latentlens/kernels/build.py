@@ -177,6 +177,8 @@ OPERATORS = torch.library.Library("latentlens", "FRAGMENT")
 # from the definitions, so that native.py can hand the kernel to a C++ body and back).
 PYTHON_BODIES: dict[str, Callable] = {}
 _body_registrations: dict[str, torch.library.Library] = {}
+# The operators whose CPU kernel is their Python body now, to that body (see body()).
+_python_kernels: dict[torch._ops.OpOverload, Callable] = {}
 
 
 def operator(name: str) -> Callable[[Callable], torch._ops.OpOverload]:
@@ -208,6 +210,7 @@ def use_python_bodies(names: list[str]) -> None:
         registration = torch.library.Library("latentlens", "IMPL")
         registration.impl(name, PYTHON_BODIES[name], "CPU")
         _body_registrations[name] = registration
+        _python_kernels[getattr(torch.ops.latentlens, name).default] = PYTHON_BODIES[name]
 
 
 def drop_python_bodies(names: list[str]) -> None:
@@ -215,6 +218,21 @@ def drop_python_bodies(names: list[str]) -> None:
     ones: a CPU kernel registered over another is a warning)."""
     for name in names:
         _body_registrations.pop(name)._destroy()
+        del _python_kernels[getattr(torch.ops.latentlens, name).default]
+
+
+# An operator called with this key set runs its CPU kernel, its body (C++ where
+# :mod:`latentlens.kernels.native` gave it one), and no autograd wrapper.
+BODY_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
+
+
+def body(op: torch._ops.OpOverload, *args):
+    """``op``'s registered body on ``args``, below autograd: what the kernels' eager
+    autograd functions call, which record their own gradients (the operator's autograd
+    wrapper, Python, would cost a call some 5 us more). A Python body is called directly,
+    which costs less than through the dispatcher."""
+    python = _python_kernels.get(op)
+    return op.redispatch(BODY_KEYS, *args) if python is None else python(*args)
 
 
 def operators(

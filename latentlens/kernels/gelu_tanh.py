@@ -16,7 +16,7 @@ import torch
 from torch.library import register_autograd, register_fake
 
 from latentlens.kernels import compiling
-from latentlens.kernels.build import load, operators, slices, threads
+from latentlens.kernels.build import body, load, operators, slices, threads
 
 
 @cache
@@ -52,18 +52,19 @@ def backward_values(x: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
 
 
 class FusedGeluTanh(torch.autograd.Function):
-    """The kernels in eager mode: an autograd function costs about 0.1 ms less a forward
-    and backward than the operators below."""
+    """The kernels in eager mode: an autograd function calling the operators' bodies
+    (:func:`~latentlens.kernels.build.body`) costs about 0.1 ms less a forward and
+    backward than the operators below with their autograd wrapper."""
 
     @staticmethod
     def forward(ctx, x):  # type: ignore[override]
         ctx.save_for_backward(x)
-        return forward_values(x)
+        return body(gelu_tanh, x)
 
     @staticmethod
     def backward(ctx, dy):  # type: ignore[override]
         (x,) = ctx.saved_tensors
-        return backward_values(x, dy)
+        return body(gelu_tanh_backward, x, dy)
 
 
 # The kernels as operators (``torch.ops.latentlens``), which a compiled step calls:
@@ -138,11 +139,11 @@ class FusedBiasGeluTanh(torch.autograd.Function):
     @staticmethod
     def forward(ctx, h, bias):  # type: ignore[override]
         ctx.save_for_backward(h, bias)
-        return bias_forward_values(h, bias)
+        return body(bias_gelu_tanh, h, bias)
 
     @staticmethod
     def backward(ctx, dy):  # type: ignore[override]
-        return bias_backward_values(*ctx.saved_tensors, dy)
+        return body(bias_gelu_tanh_backward, *ctx.saved_tensors, dy)
 
 
 def fused_bias_gelu_tanh(h: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:

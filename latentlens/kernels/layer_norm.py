@@ -16,14 +16,14 @@ The numbers are PyTorch's to float32 rounding (the sums run in another order).
 from __future__ import annotations
 
 import ctypes
-from functools import cache
+from functools import cache, partial
 
 import torch
 from torch.library import register_autograd, register_fake
 
 from latentlens.kernels import compiling
 from latentlens.kernels.attention_core import address
-from latentlens.kernels.build import load, operators, slices, threads
+from latentlens.kernels.build import body, load, operators, slices, threads
 
 # A compiled step takes the kernels for a stream of at least this many numbers (batch x
 # positions x d_model); below, inductor's own fused kernels cost less than the operators'
@@ -232,18 +232,19 @@ def embed_backward_values(
 
 
 class AddLayerNorm(torch.autograd.Function):
-    """The kernels in eager mode (an autograd function costs less a call than the
-    operators below): ``(s, layer_norm(s))`` of ``s = x + delta + delta_bias``."""
+    """The kernels in eager mode (an autograd function calling the operators' bodies costs
+    less a call than the operators below): ``(s, layer_norm(s))`` of ``s = x + delta +
+    delta_bias``."""
 
     @staticmethod
     def forward(ctx, x, delta, delta_bias, weight, bias, eps):  # type: ignore[override]
-        total, normed, mean, rstd = forward_values(x, delta, delta_bias, weight, bias, eps)
+        total, normed, mean, rstd = body(add_layer_norm, x, delta, delta_bias, weight, bias, eps)
         _save(ctx, (x, delta, delta_bias, weight, bias, eps), (total, normed, mean, rstd))
         return total, normed
 
     @staticmethod
     def backward(ctx, d_total, d_normed):  # type: ignore[override]
-        return _gradients(ctx, d_total, d_normed, backward_values)
+        return _gradients(ctx, d_total, d_normed, partial(body, add_layer_norm_backward))
 
 
 def _save(ctx, inputs, output) -> None:
@@ -326,13 +327,13 @@ class EmbedLayerNorm(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, inputs, embed_weight, embed_bias, weight, bias, eps):  # type: ignore[override]
-        output = embed_forward_values(inputs, embed_weight, embed_bias, weight, bias, eps)
+        output = body(embed_layer_norm, inputs, embed_weight, embed_bias, weight, bias, eps)
         _save_embed(ctx, (inputs, embed_weight, embed_bias, weight, bias, eps), output)
         return output[:2]
 
     @staticmethod
     def backward(ctx, d_total, d_normed):  # type: ignore[override]
-        return _embed_gradients(ctx, d_total, d_normed, embed_backward_values)
+        return _embed_gradients(ctx, d_total, d_normed, partial(body, embed_layer_norm_backward))
 
 
 def _save_embed(ctx, inputs, output) -> None:
@@ -403,13 +404,14 @@ class KeptAddLayerNorm(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, delta, delta_bias, weight, bias, eps, keep_from):  # type: ignore[override]
-        output = kept_forward_values(x, delta, delta_bias, weight, bias, eps, keep_from)
+        output = body(kept_add_layer_norm, x, delta, delta_bias, weight, bias, eps, keep_from)
         _save_kept(ctx, (x, delta, delta_bias, weight, bias, eps, keep_from), output)
         return output[:3]
 
     @staticmethod
     def backward(ctx, d_kept_total, d_normed, d_kept_normed):  # type: ignore[override]
-        return _kept_gradients(ctx, d_kept_total, d_normed, d_kept_normed, kept_backward_values)
+        backward = partial(body, kept_add_layer_norm_backward)
+        return _kept_gradients(ctx, d_kept_total, d_normed, d_kept_normed, backward)
 
 
 def _save_kept(ctx, inputs, output) -> None:

@@ -30,7 +30,7 @@ from torch.library import register_autograd, register_fake
 
 from latentlens.kernels import compiling
 from latentlens.kernels.blas import sgemm_address
-from latentlens.kernels.build import load, operators, slices, threads
+from latentlens.kernels.build import body, load, operators, slices, threads
 from latentlens.kernels.gelu_tanh import bias_backward_values, bias_forward_values
 from latentlens.kernels.linear import MIN_OUTPUTS, has_onednn, linear, row_products
 
@@ -156,13 +156,13 @@ class FusedMLP(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, w_in, b_in, w_out):  # type: ignore[override]
-        out, h, y = forward_values(x, w_in, b_in, w_out)
+        out, h, y = body(mlp, x, w_in, b_in, w_out)
         ctx.save_for_backward(x, w_in, b_in, w_out, h, y)
         return out
 
     @staticmethod
     def backward(ctx, dout):  # type: ignore[override]
-        return backward_values(*ctx.saved_tensors, dout)
+        return body(mlp_backward, *ctx.saved_tensors, dout)
 
 
 # The kernels as operators (``torch.ops.latentlens``), which a compiled step calls.

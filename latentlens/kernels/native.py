@@ -8,8 +8,10 @@ does (the same checks, the same tensors made, the same C kernel called with the 
 arguments: the same numbers, bit for bit, which the tests hold it to) and :func:`load`
 builds it against PyTorch's headers with the C++ compiler (about 10 s, once per machine
 and PyTorch, cached as the C kernels are: :mod:`latentlens.kernels.build`) and registers
-it in place of the Python bodies. It finds each C kernel through :func:`kernel_address`,
-which builds the kernel's library with its module, once.
+it in place of the Python bodies, for compiled steps and for the eager autograd functions,
+which call the registered bodies (:func:`latentlens.kernels.build.body`). It finds each C
+kernel through :func:`kernel_address`, which builds the kernel's library with its module,
+once.
 
 Where no C++ compiler builds it, the Python bodies stay, with one warning; set
 ``LATENTLENS_NATIVE_OPERATORS=0`` to keep them (the benchmarks time both).

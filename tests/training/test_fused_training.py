@@ -6,6 +6,7 @@ relative."""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 from pathlib import Path
 
@@ -58,6 +59,35 @@ def test_a_fused_run_trains_as_the_pytorch_run(tmp_path: Path, attention: str) -
     assert fused.evaluate("test", examples=64)["r2"] == pytest.approx(
         plain.evaluate("test", examples=64)["r2"], rel=1e-4, abs=1e-5
     )
+
+
+def test_the_eager_kernels_run_the_operators_registered_bodies(tmp_path: Path) -> None:
+    """An eager fused step's autograd functions call the operators' registered bodies
+    (``build.body``, below autograd): with the C++ bodies no Python body calls a kernel of
+    the GELU, the layer norms or the MLP, with the Python bodies each does, and both train
+    to the same bits."""
+    if native.cxx_compiler() is None:
+        pytest.skip("no C++ compiler here: the operators keep their Python bodies")
+    config = tiny_config(steps=20, attention="hyla")
+    losses, calls = {}, {}
+    for bodies in ("cpp", "python"):
+        trainer = Trainer.create(tmp_path / bodies, config, device="cpu", quiet=True, fused=True)
+        assert native.loaded()
+        torch.manual_seed(1)
+        first = trainer.train_step().detach()  # the C++ bodies find their kernels here
+        seen = calls[bodies] = []
+        chosen = native.python_bodies() if bodies == "python" else contextlib.nullcontext()
+        with pytest.MonkeyPatch.context() as patch, chosen:
+            for module in (gelu_tanh, layer_norm, mlp):
+                patch.setattr(module, "library", CountingLibrary.of(module.library(), seen))
+            later = [trainer.train_step().detach() for _ in range(5)]
+        losses[bodies] = torch.stack([first, *later])
+    assert calls["cpp"] == []
+    gelu = "bias_gelu_tanh" if mlp.engine() == "onednn" else "mlp"
+    for name in ("embed_layer_norm", "add_layer_norm", gelu):
+        assert f"{name}_forward" in calls["python"], name
+        assert f"{name}_backward" in calls["python"], name
+    assert torch.equal(losses["cpp"], losses["python"])
 
 
 @pytest.mark.parametrize("attention, stream", [("softmax", False), ("hyla", True)])
