@@ -166,13 +166,75 @@ def test_the_command_benchmark_times_runs_to_their_end(tmp_path: Path, monkeypat
     limit = module.Limit(steps=2)
     args = module.command("fuzzy-logic", "linear", 0, run_dir, limit, tmp_path, 1, "cpu")
     assert args[args.index("--steps") + 1] == "2" and "--time-budget" not in args
-    [(steps, wall, path)] = module.timed_commands([(args, run_dir)])
-    assert (steps, path) == (2, "eager") and wall > 0  # under 1,000 steps a run is eager
-    rate = module.rate_of([(1_000, 30.0, "fused")], [(5_000, 50.0, "fused")])
+    [run] = module.timed_commands([(args, run_dir)])
+    assert (run.steps, run.path) == (2, "eager")  # under 1,000 steps a run is eager
+    assert 0 < run.training < run.wall and run.start_up == run.wall - run.training
+    Run = module.TimedRun
+    rate = module.rate_of([Run(1_000, 30.0, 18.0, "fused")], [Run(5_000, 50.0, 38.5, "fused")])
     assert rate.total == rate.per_run[0] == 4_000 / 20.0
-    assert rate.whole == [5_000 / 50.0] and rate.paths == ["fused"]
+    assert rate.whole == [5_000 / 50.0] and rate.paths == ["fused"] and rate.unlike() == []
     budgets = module.command("sraven", "hyla", 1, run_dir, module.Limit(seconds=40), tmp_path, None)
     assert budgets[budgets.index("--time-budget") + 1] == "40" and "--steps" not in budgets
+
+
+def test_the_command_benchmark_finds_pairs_that_did_not_start_alike(monkeypatch) -> None:
+    """The difference of two runs' walls is their steps' rate only where they start up
+    alike: a pair whose start-ups differ by more than a tenth of its difference in training
+    time, or whose runs took different paths, is named (and the round timed again)."""
+    script = BENCHMARKS / "speed" / "command_side_by_side.py"
+    monkeypatch.syspath_prepend(str(script.parent))
+    module = load_script(script, monkeypatch)
+    Run = module.TimedRun
+    short = Run(200, 30.0, 20.0, "fused-compile")  # start-up 10 s
+    # training 40 s apart: start-ups 3.9 s apart pass, 4.1 s apart do not
+    assert module.rate_of([short], [Run(700, 73.9, 60.0, "fused-compile")]).unlike() == []
+    [late] = module.rate_of([short], [Run(700, 74.1, 60.0, "fused-compile")]).unlike()
+    assert late == "the runs' start-ups differ (10.0 and 14.1 s)"
+    # a short run that spent 25 s more starting up inflates the difference 2.7-fold
+    slow_start = Run(250, 45.0, 10.0, "fused-compile")
+    rate = module.rate_of([slow_start], [Run(770, 60.0, 50.0, "fused-compile")])
+    assert rate.total == pytest.approx(520 / 15) and len(rate.unlike()) == 1
+    [paths] = module.rate_of([Run(200, 30.0, 20.0, "eager")],
+                             [Run(700, 70.0, 60.0, "fused-compile")]).unlike()  # fmt: skip
+    assert paths == "the runs took different paths (eager, fused-compile)"
+    unknown = module.rate_of([Run(200, 30.0, None, "eager")], [Run(700, 90.0, None, "eager")])
+    assert unknown.unlike() == []  # runs that record no training seconds cannot be checked
+
+
+def test_the_command_benchmark_times_a_round_again_where_its_runs_did_not_start_alike(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
+    """A round whose pair did not start up alike is timed again, once: the second pair's
+    rate is the round's, the row counts the retiming and keeps the runs it used."""
+    script = BENCHMARKS / "speed" / "command_side_by_side.py"
+    monkeypatch.syspath_prepend(str(script.parent))
+    module = load_script(script, monkeypatch)
+    Run = module.TimedRun
+    pairs = iter([
+        ([Run(250, 45.0, 10.0, "fused-compile")], [Run(770, 60.0, 50.0, "fused-compile")]),
+        ([Run(250, 30.0, 20.0, "fused-compile")], [Run(770, 70.0, 60.0, "fused-compile")]),
+    ])  # fmt: skip
+    tags = []
+
+    def command_rate(task, variant, runs, limits, folder, tag, device="cpu"):
+        tags.append(tag)
+        return module.rate_of(*next(pairs))
+
+    monkeypatch.setattr(module, "command_rate", command_rate)
+    monkeypatch.setattr(module, "prime", lambda *args, **kwargs: None)
+    monkeypatch.setattr(module, "official_rate", lambda *args, **kwargs: 4.0)
+    monkeypatch.setattr(module, "step_rate", lambda *args, **kwargs: 7.0)
+    (tmp_path / "hyla").mkdir()
+    out = tmp_path / "out.json"
+    argv = ["--official", str(tmp_path), "--tasks", "sraven", "--variants", "linear",
+            "--modes", "single", "--rounds", "1", "--out", str(out)]  # fmt: skip
+    assert module.main(argv) == 0
+    assert tags == ["single-r0", "single-r0-again"]  # a fresh run directory for the retiming
+    assert "start-ups differ (35.0 and 10.0 s): timed again" in capsys.readouterr().err
+    [row] = json.loads(out.read_text())["rows"]
+    assert row["retimed"] == 1 and row["command"] == [520 / 40]
+    assert row["pairs"][0][0][0] == {"steps": 250, "wall": 30.0, "training": 20.0,
+                                     "path": "fused-compile"}  # fmt: skip
 
 
 def test_the_command_benchmark_refuses_cores_on_cuda(tmp_path: Path, monkeypatch, capsys) -> None:
@@ -530,7 +592,7 @@ def test_operator_bodies_times_each_body_in_turns(monkeypatch, capsys) -> None:
         switch = os.environ.get(module.SWITCH)
         seen.append((tag, switch))
         total = rates[switch].pop(0)
-        return CommandRate(total, [total], [total], ["fused-compile"])
+        return CommandRate(total, [total], [total], ["fused-compile"], [])
 
     monkeypatch.setattr(module, "command_rate", command_rate)
     switch = module.SWITCH
@@ -564,7 +626,7 @@ def test_operator_bodies_runs_to_given_lengths(monkeypatch, capsys) -> None:
 
     def command_rate(task, variant, runs, limits, folder, tag):
         limits_seen.append(limits)
-        return CommandRate(100.0, [100.0], [90.0], ["fused"])
+        return CommandRate(100.0, [100.0], [90.0], ["fused"], [])
 
     monkeypatch.setattr(module, "command_rate", command_rate)
     monkeypatch.setattr(module, "prime", lambda *a: None)
