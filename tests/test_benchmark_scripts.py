@@ -237,6 +237,37 @@ def test_the_command_benchmark_times_a_round_again_where_its_runs_did_not_start_
                                      "path": "fused-compile"}  # fmt: skip
 
 
+def test_the_command_benchmark_budgets_hold_an_evaluation_per_task(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
+    """By default SRAVEN's runs train 40 and 160 s, fuzzy logic's 20 and 60: at SRAVEN's
+    13-16 steps/s budgets of 20 and 60 s stop near steps 300 and 900, whose difference holds
+    none of its evaluations (every 1,000 steps). ``--budgets`` sets both tasks'."""
+    script = BENCHMARKS / "speed" / "command_side_by_side.py"
+    monkeypatch.syspath_prepend(str(script.parent))
+    module = load_script(script, monkeypatch)
+    Run = module.TimedRun
+    seen = {}
+
+    def command_rate(task, variant, runs, limits, folder, tag, device="cpu"):
+        seen[task] = tuple(limit.seconds for limit in limits)
+        pair = [Run(250, 30.0, 20.0, "fused-compile")], [Run(770, 70.0, 60.0, "fused-compile")]
+        return module.rate_of(*pair)
+
+    monkeypatch.setattr(module, "command_rate", command_rate)
+    monkeypatch.setattr(module, "prime", lambda *args, **kwargs: None)
+    monkeypatch.setattr(module, "official_rate", lambda *args, **kwargs: 4.0)
+    monkeypatch.setattr(module, "step_rate", lambda *args, **kwargs: 7.0)
+    (tmp_path / "hyla").mkdir()
+    argv = ["--official", str(tmp_path), "--tasks", "fuzzy-logic", "sraven", "--variants",
+            "linear", "--modes", "single", "--rounds", "1"]  # fmt: skip
+    assert module.main(argv) == 0
+    assert seen == {"fuzzy-logic": (20.0, 60.0), "sraven": (40.0, 160.0)}
+    assert "budgets 20 and 60 s (fuzzy-logic); 40 and 160 s (sraven)" in capsys.readouterr().out
+    assert module.main([*argv, "--budgets", "30", "90"]) == 0
+    assert seen == {"fuzzy-logic": (30.0, 90.0), "sraven": (30.0, 90.0)}
+
+
 def test_the_command_benchmark_refuses_cores_on_cuda(tmp_path: Path, monkeypatch, capsys) -> None:
     script = BENCHMARKS / "speed" / "command_side_by_side.py"
     module = load_script(script, monkeypatch)

@@ -2,13 +2,15 @@
 
     python benchmarks/speed/command_side_by_side.py --official PATH
         [--tasks fuzzy-logic fuzzy-logic-a1 sraven] [--variants softmax linear hyla]
-        [--modes single cores] [--rounds 2] [--budgets 20 60] [--official-steps 300]
+        [--modes single cores] [--rounds 2] [--budgets A B] [--official-steps 300]
         [--device cuda [--lengths 20000 50000]] [--out FILE.json]
 
 latentlens's side is the command a user types, at its defaults: ``latentlens train --task
 TASK --attention V --device cpu --quiet`` (50,000 steps, its evaluations and tracked
 metrics every 1,000 steps, checkpoints, the path it chooses and its thread count), stopped
-by ``--time-budget``. Two runs per round, with the two ``--budgets``, give the rate
+by ``--time-budget``. Two runs per round, with the two ``--budgets`` (by default 20 and
+60 s of training, 40 and 160 s for SRAVEN, so that the difference holds its evaluations:
+``BUDGETS``), give the rate
 ``(steps₂ − steps₁) / (wall₂ − wall₁)`` of whole processes: start-up, calibration and
 compilation cancel, and evaluations and checkpoints stay in as a long run pays them. A
 first run per task and variant fills the caches (the path's calibration, inductor's) as a
@@ -81,6 +83,9 @@ OFFICIAL_SPEC = {"fuzzy-logic": "fuzzy-logic", "fuzzy-logic-a1": "fuzzy-logic-a1
 A1_CONFIG = {"task": {"seq_len": 32, **task_config(0.7)}}  # the zoo's split at 0.7
 STOPPED = re.compile(r"stopped at step (\d+) of")
 CUDA_LENGTHS = (20_000, 50_000)  # steps; see the module docstring
+# Seconds of training of a round's two runs, per task: their difference holds an evaluation
+# or more (every 1,000 steps), as a long run pays them; SRAVEN runs at 13-16 steps/s here
+BUDGETS = {"fuzzy-logic": (20.0, 60.0), "fuzzy-logic-a1": (20.0, 60.0), "sraven": (40.0, 160.0)}
 # A pair's start-ups may differ by this share of its training-time difference before
 # the round is timed again: beyond it the difference of walls is not the steps' rate
 START_UP_SLACK = 0.1
@@ -209,6 +214,14 @@ def rate_of(short: list[TimedRun], long: list[TimedRun]) -> CommandRate:
                        [b.path for _, b in pairs], pairs)  # fmt: skip
 
 
+def limits_of(lengths: tuple[int, int] | None, budgets: tuple[float, float]) -> tuple[Limit, Limit]:
+    """Where a round's two runs stop: at ``lengths`` steps where given, else after ``budgets``
+    seconds of training."""
+    if lengths is not None:
+        return Limit(steps=lengths[0]), Limit(steps=lengths[1])
+    return Limit(seconds=budgets[0]), Limit(seconds=budgets[1])
+
+
 def command_rate(task: str, variant: str, runs: int, limits: tuple[Limit, Limit], folder: Path,
                  tag: str, device: str = "cpu") -> CommandRate:  # fmt: skip
     """Steps/s of ``runs`` commands at once on ``device``, by the two ``limits``' difference."""
@@ -299,7 +312,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--modes", nargs="+", choices=["single", "cores"],
                         help="default: single and cores (on cuda: single)")  # fmt: skip
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--budgets", type=float, nargs=2, default=[20.0, 60.0])
+    parser.add_argument("--budgets", type=float, nargs=2,
+                        help="seconds of training of each run (default: BUDGETS)")  # fmt: skip
     parser.add_argument("--lengths", type=int, nargs=2, metavar="STEPS",
                         help="run both commands to the end at these --steps instead of "
                         "stopping them by the budgets (default on cuda: 20000 50000)")  # fmt: skip
@@ -319,10 +333,7 @@ def main(argv: list[str] | None = None) -> int:
     lengths = args.lengths or (CUDA_LENGTHS if args.device == "cuda" else None)
     if lengths is not None and not 0 < lengths[0] < lengths[1]:
         parser.error(f"--lengths {lengths[0]} {lengths[1]}: give two step counts, shorter first")
-    if lengths is not None:
-        limits = (Limit(steps=lengths[0]), Limit(steps=lengths[1]))
-    else:
-        limits = (Limit(seconds=args.budgets[0]), Limit(seconds=args.budgets[1]))
+    budgets = {task: args.budgets or BUDGETS[task] for task in args.tasks}
     cores = available_cpus()
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -338,6 +349,7 @@ def main(argv: list[str] | None = None) -> int:
                                            "runs": runs, "official": [], "command": [],
                                            "per_run": [], "whole": [], "step": [],
                                            "paths": [], "pairs": [], "retimed": 0}  # fmt: skip
+                    limits = limits_of(lengths, budgets[task])
                     for round_ in range(args.rounds):
                         tag = f"{mode}-r{round_}"
                         row["official"].append(
@@ -369,7 +381,8 @@ def main(argv: list[str] | None = None) -> int:
                     if args.out:  # kept as it grows: a failure later loses nothing
                         args.out.write_text(json.dumps({"rows": rows}, indent=1))
     how = (f"runs to {lengths[0]} and {lengths[1]} steps" if lengths is not None
-           else f"budgets {args.budgets[0]:g} and {args.budgets[1]:g} s")  # fmt: skip
+           else "budgets " + "; ".join(f"{a:g} and {b:g} s ({task})"
+                                       for task, (a, b) in budgets.items()))  # fmt: skip
     where = (f"{torch.cuda.get_device_name()}" if args.device == "cuda"
              else f"{processor()}, {cores} CPUs")  # fmt: skip
     print(
@@ -395,7 +408,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.out:
         meta = {"cpus": cores, "processor": processor(), "device": args.device,
                 "torch": torch.__version__,
-                "rounds": args.rounds, "budgets": args.budgets, "lengths": lengths,
+                "rounds": args.rounds, "budgets": budgets, "lengths": lengths,
                 "official_steps": args.official_steps}  # fmt: skip
         args.out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     return 0
