@@ -197,8 +197,8 @@ class CommandRate:
         for short, long in self.pairs:
             if short.path != long.path:
                 found.append(f"the runs took different paths ({short.path}, {long.path})")
-            elif short.training is not None and long.training is not None:
-                apart = abs(long.wall - long.training - (short.wall - short.training))
+            elif short.start_up is not None and long.start_up is not None:
+                apart = abs(long.start_up - short.start_up)
                 if apart > START_UP_SLACK * (long.training - short.training):
                     found.append(f"the runs' start-ups differ ({short.start_up:.1f} and "
                                  f"{long.start_up:.1f} s)")  # fmt: skip
@@ -357,9 +357,9 @@ def main(argv: list[str] | None = None) -> int:
                                           args.official_steps, folder, args.device)
                         )  # fmt: skip
                         rate = command_rate(task, variant, runs, limits, folder, tag, args.device)
-                        if rate.unlike():
+                        if reasons := rate.unlike():
                             print(f"{task} {variant} {mode} round {round_}: "
-                                  f"{'; '.join(rate.unlike())}: timed again",
+                                  f"{'; '.join(reasons)}: timed again",
                                   file=sys.stderr, flush=True)  # fmt: skip
                             row["retimed"] += 1
                             rate = command_rate(task, variant, runs, limits, folder,
