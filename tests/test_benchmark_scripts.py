@@ -619,13 +619,13 @@ def test_operator_bodies_times_each_body_in_turns(monkeypatch, capsys) -> None:
     monkeypatch.setenv(module.SWITCH, "1")
     seen, rates = [], {None: [110.0, 120.0, 100.0], "0": [100.0, 100.0, 100.0]}
 
-    def command_rate(task, variant, runs, limits, folder, tag):
+    def command_rate(task, variant, runs, limits, folder, tag, device="cpu"):
         switch = os.environ.get(module.SWITCH)
         seen.append((tag, switch))
         total = rates[switch].pop(0)
         return CommandRate(total, [total], [total], ["fused-compile"], [])
 
-    monkeypatch.setattr(module, "command_rate", command_rate)
+    monkeypatch.setattr(sys.modules["speed.command_side_by_side"], "command_rate", command_rate)
     switch = module.SWITCH
     monkeypatch.setattr(module, "prime", lambda *a: seen.append(("prime", os.environ.get(switch))))
     assert module.main(["--variants", "linear", "--rounds", "3"]) == 0
@@ -655,11 +655,11 @@ def test_operator_bodies_runs_to_given_lengths(monkeypatch, capsys) -> None:
 
     limits_seen = []
 
-    def command_rate(task, variant, runs, limits, folder, tag):
+    def command_rate(task, variant, runs, limits, folder, tag, device="cpu"):
         limits_seen.append(limits)
         return CommandRate(100.0, [100.0], [90.0], ["fused"], [])
 
-    monkeypatch.setattr(module, "command_rate", command_rate)
+    monkeypatch.setattr(sys.modules["speed.command_side_by_side"], "command_rate", command_rate)
     monkeypatch.setattr(module, "prime", lambda *a: None)
     assert module.main(["--variants", "hyla", "--rounds", "1", "--lengths", "1500", "3000"]) == 0
     assert [(a.steps, b.steps) for a, b in limits_seen] == [(1500, 3000)] * 2
@@ -668,6 +668,38 @@ def test_operator_bodies_runs_to_given_lengths(monkeypatch, capsys) -> None:
     with pytest.raises(SystemExit):
         module.main(["--lengths", "3000", "1500"])
     assert "shorter first" in capsys.readouterr().err
+
+
+def test_operator_bodies_times_uneven_pairs_again_at_each_tasks_budgets(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
+    """operator_bodies.py takes command_side_by_side.py's budgets per task (SRAVEN's 40 and
+    160 s hold an evaluation) and times a pair that did not start alike again, as that script
+    does, counting it in its results."""
+    script = BENCHMARKS / "speed" / "operator_bodies.py"
+    monkeypatch.syspath_prepend(str(script.parent))
+    module = load_script(script, monkeypatch)
+    side_by_side = sys.modules["speed.command_side_by_side"]
+    Run = side_by_side.TimedRun
+    uneven = [Run(250, 45.0, 10.0, "fused-compile")], [Run(770, 60.0, 50.0, "fused-compile")]
+    even = [Run(250, 30.0, 20.0, "fused-compile")], [Run(770, 70.0, 60.0, "fused-compile")]
+    pairs, calls = iter([uneven, even, even]), []
+
+    def command_rate(task, variant, runs, limits, folder, tag, device="cpu"):
+        calls.append((task, tag, tuple(limit.seconds for limit in limits)))
+        return side_by_side.rate_of(*next(pairs))
+
+    monkeypatch.setattr(side_by_side, "command_rate", command_rate)
+    monkeypatch.setattr(module, "prime", lambda *a: None)
+    out = tmp_path / "bodies.json"
+    argv = ["--tasks", "sraven", "--variants", "linear", "--rounds", "1", "--out", str(out)]
+    assert module.main(argv) == 0
+    assert calls == [("sraven", "cpp-r0", (40.0, 160.0)),
+                     ("sraven", "cpp-r0-again", (40.0, 160.0)),
+                     ("sraven", "python-r0", (40.0, 160.0))]  # fmt: skip
+    assert "start-ups differ (35.0 and 10.0 s): timed again" in capsys.readouterr().err
+    [result] = json.loads(out.read_text())["results"]
+    assert result["retimed"] == 1 and result["ratios"] == [1.0]
 
 
 def test_eager_bodies_switches_each_route_and_back(monkeypatch) -> None:

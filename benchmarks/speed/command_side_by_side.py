@@ -237,6 +237,19 @@ def command_rate(task: str, variant: str, runs: int, limits: tuple[Limit, Limit]
     return rate_of(*reached)
 
 
+def checked_rate(task: str, variant: str, runs: int, limits: tuple[Limit, Limit], folder: Path,
+                 tag: str, device: str = "cpu") -> tuple[CommandRate, int]:  # fmt: skip
+    """:func:`command_rate`, timed again once (in fresh run directories, ``tag-again``) where
+    its pairs did not start alike (:meth:`CommandRate.unlike`, said on stderr); with how many
+    times it was timed again (0 or 1)."""
+    rate = command_rate(task, variant, runs, limits, folder, tag, device)
+    if not (reasons := rate.unlike()):
+        return rate, 0
+    print(f"{task} {variant} {tag}: {'; '.join(reasons)}: timed again", file=sys.stderr,
+          flush=True)  # fmt: skip
+    return command_rate(task, variant, runs, limits, folder, f"{tag}-again", device), 1
+
+
 def prime(task: str, variant: str, runs: int, folder: Path, device: str = "cpu") -> None:
     """Run ``runs`` short commands at once, as the timed ones will run, so that both timed
     budgets find the calibration and inductor's code cached: a pair where one calibrates
@@ -356,14 +369,9 @@ def main(argv: list[str] | None = None) -> int:
                             official_rate(args.official, task, variant, runs,
                                           args.official_steps, folder, args.device)
                         )  # fmt: skip
-                        rate = command_rate(task, variant, runs, limits, folder, tag, args.device)
-                        if reasons := rate.unlike():
-                            print(f"{task} {variant} {mode} round {round_}: "
-                                  f"{'; '.join(reasons)}: timed again",
-                                  file=sys.stderr, flush=True)  # fmt: skip
-                            row["retimed"] += 1
-                            rate = command_rate(task, variant, runs, limits, folder,
-                                                f"{tag}-again", args.device)  # fmt: skip
+                        rate, again = checked_rate(task, variant, runs, limits, folder, tag,
+                                                   args.device)  # fmt: skip
+                        row["retimed"] += again
                         row["pairs"].append([[asdict(a), asdict(b)] for a, b in rate.pairs])
                         row["command"].append(rate.total)
                         row["paths"].append(rate.paths)

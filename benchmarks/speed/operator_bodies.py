@@ -1,15 +1,18 @@
 """`latentlens train` with the kernels' operators' C++ bodies against their Python ones.
 
     python benchmarks/speed/operator_bodies.py [--tasks fuzzy-logic] [--variants linear
-        softmax] [--rounds 3] [--budgets 20 60 | --lengths STEPS STEPS] [--out FILE.json]
+        softmax] [--rounds 3] [--budgets SECONDS SECONDS | --lengths STEPS STEPS]
+        [--out FILE.json]
 
 The command a user types at its defaults (``command_side_by_side.py``'s, its rate the
 difference of two ``--time-budget`` runs, so that start-up cancels), once with the C++
 bodies (``latentlens.kernels.native``, the default) and once with
 ``LATENTLENS_NATIVE_OPERATORS=0`` (the Python bodies), in turns within each round, the
 order swapped every round. Both runs share the path calibration's cache, so they take the
-same path; what differs is the operators' bodies alone. Prints each round's ratio (C++ /
-Python) and their mean with its 95% interval (Student's t). ``--lengths 1500 3000`` runs
+same path; what differs is the operators' bodies alone. The budgets are
+``command_side_by_side.py``'s per task (``BUDGETS``), and a pair of runs that did not start
+alike is timed again as there (``checked_rate``). Prints each round's ratio (C++ / Python)
+and their mean with its 95% interval (Student's t). ``--lengths 1500 3000`` runs
 both commands to the end at those steps instead (``command_side_by_side.py``'s option):
 runs of 1,000 to 4,999 steps compile nothing and take the fused kernels eagerly where
 those are faster, whose autograd functions call the same bodies.
@@ -28,7 +31,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from latentlens.kernels.native import SWITCH  # noqa: E402
 from speed.command_rounds import Cell  # noqa: E402
-from speed.command_side_by_side import TASKS, Limit, command_rate, prime, processor  # noqa: E402
+from speed.command_side_by_side import (  # noqa: E402
+    BUDGETS,
+    TASKS,
+    checked_rate,
+    limits_of,
+    prime,
+    processor,
+)
 
 BODIES = {"cpp": None, "python": "0"}  # each side's LATENTLENS_NATIVE_OPERATORS
 
@@ -46,7 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tasks", nargs="+", default=["fuzzy-logic"], choices=list(TASKS))
     parser.add_argument("--variants", nargs="+", default=["linear", "softmax"])
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--budgets", type=float, nargs=2, default=[20.0, 60.0])
+    parser.add_argument("--budgets", type=float, nargs=2,
+                        help="seconds of training of each run (default: per task)")  # fmt: skip
     parser.add_argument("--lengths", type=int, nargs=2, metavar="STEPS",
                         help="run both commands to the end at these --steps instead")  # fmt: skip
     parser.add_argument("--out", type=Path)
@@ -54,29 +65,31 @@ def main(argv: list[str] | None = None) -> int:
     if args.lengths is not None and not 0 < args.lengths[0] < args.lengths[1]:
         parser.error(f"--lengths {args.lengths[0]} {args.lengths[1]}: give two step counts, "
                      "shorter first")  # fmt: skip
+    budgets = {task: args.budgets or BUDGETS[task] for task in args.tasks}
     if args.lengths is None:
-        limits = tuple(Limit(seconds=seconds) for seconds in args.budgets)
-        measure = f"{args.budgets[0]:g} and {args.budgets[1]:g} s budgets"
+        measure = "budgets " + "; ".join(f"{a:g} and {b:g} s ({task})"
+                                         for task, (a, b) in budgets.items())  # fmt: skip
     else:
-        limits = tuple(Limit(steps=steps) for steps in args.lengths)
         measure = f"runs of {args.lengths[0]} and {args.lengths[1]} steps"
     print(f"{processor()}; the command at its defaults, rates by the difference of {measure}")
     results = []
     with tempfile.TemporaryDirectory() as scratch:
         folder = Path(scratch)
         for task in args.tasks:
+            limits = limits_of(args.lengths, budgets[task])
             for variant in args.variants:
                 for bodies in BODIES:
                     use_bodies(bodies)
                     prime(task, variant, 1, folder)
-                ratios, rates = [], {bodies: [] for bodies in BODIES}
+                ratios, rates, retimed = [], {bodies: [] for bodies in BODIES}, 0
                 for round_ in range(args.rounds):
                     order = list(BODIES) if round_ % 2 == 0 else list(BODIES)[::-1]
                     rate = {}
                     for bodies in order:
                         use_bodies(bodies)
                         tag = f"{bodies}-r{round_}"
-                        rate[bodies] = command_rate(task, variant, 1, limits, folder, tag)
+                        rate[bodies], again = checked_rate(task, variant, 1, limits, folder, tag)
+                        retimed += again
                         rates[bodies].append(rate[bodies].total)
                     ratios.append(rate["cpp"].total / rate["python"].total)
                     print(f"{task} {variant} round {round_ + 1}: C++ {rate['cpp'].total:.1f}, "
@@ -87,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{task} {variant}: {statistics.fmean(ratios):.3f}x{shown} over "
                       f"{len(ratios)} rounds")  # fmt: skip
                 results.append({"task": task, "variant": variant, "ratios": ratios,
-                                "rates": rates})  # fmt: skip
+                                "rates": rates, "retimed": retimed})  # fmt: skip
     use_bodies("cpp")
     if args.out:
         args.out.write_text(json.dumps({"processor": processor(), "results": results}, indent=1))
