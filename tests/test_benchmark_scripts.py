@@ -280,6 +280,23 @@ def test_the_command_benchmark_refuses_cores_on_cuda(tmp_path: Path, monkeypatch
     assert "--lengths 50 20" in capsys.readouterr().err
 
 
+def test_the_command_benchmark_refuses_runs_too_short_to_compile(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
+    """A run of under CALIBRATE_FROM steps compiles nothing (on CUDA it runs eager), so a
+    pair of lengths whose shorter run is that short would time two paths: refused, before
+    any command runs."""
+    script = BENCHMARKS / "speed" / "command_side_by_side.py"
+    module = load_script(script, monkeypatch)
+    (tmp_path / "hyla").mkdir()
+    monkeypatch.setattr(module, "prime", lambda *args, **kwargs: pytest.fail("it ran"))
+    with pytest.raises(SystemExit):
+        module.main(["--official", str(tmp_path), "--lengths", "2000", "6000"])
+    err = capsys.readouterr().err
+    assert "--lengths 2000 6000: a run of under 5000 steps compiles nothing" in err
+    assert module.CALIBRATE_FROM == 5000
+
+
 def rounds_file(path: Path, rows: list[tuple[str, str, str, list[float], list[float]]]) -> Path:
     """A command_side_by_side.py ``--out`` file of ``(task, variant, mode, official, command)``
     rows, as that script writes it."""
@@ -533,8 +550,8 @@ def test_processes_per_run_times_a_pair_by_its_slower_process(monkeypatch, capsy
             "50000 --out OUT/command_fuzzy_logic.json",
         ),
         (
-            {"TASKS": "sraven fuzzy-logic-a1", "VARIANTS": "linear", "LENGTHS": "2000 6000"},
-            "--tasks sraven fuzzy-logic-a1 --variants linear --rounds 1 --lengths 2000 6000 "
+            {"TASKS": "sraven fuzzy-logic-a1", "VARIANTS": "linear", "LENGTHS": "10000 30000"},
+            "--tasks sraven fuzzy-logic-a1 --variants linear --rounds 1 --lengths 10000 30000 "
             "--out OUT/command_sraven_fuzzy_logic_a1.json",
         ),
     ],

@@ -25,7 +25,8 @@
 #             per variant of each task in TASKS (default fuzzy-logic; also fuzzy-logic-a1,
 #             sraven), each run to the steps in LENGTHS (default 20000 50000: about 4 min a
 #             fuzzy-logic variant; name fewer VARIANTS and shorter LENGTHS on a short lease,
-#             e.g. TASKS=sraven VARIANTS=linear LENGTHS="2000 6000"); needs OFFICIAL, a
+#             e.g. TASKS=sraven VARIANTS=hyla LENGTHS="10000 30000"; a run of under 5000
+#             steps compiles nothing, so the script refuses it); needs OFFICIAL, a
 #             checkout of smonsays/hypernetwork-attention carried to the machine, and the
 #             wheels the image lacks on the import path (as gpu_setup.sh puts them). Not in
 #             the default list: it needs that checkout.

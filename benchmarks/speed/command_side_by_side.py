@@ -40,9 +40,11 @@ eager step read after the device has finished; single runs only. There a default
 50,000 steps take under a minute after a start-up of about as long (calibration,
 compilation, graph capture), so budgets would cut runs before their first step or after
 their last: the two runs of a round instead go to the end at ``--lengths`` steps (20,000
-and 50,000 by default; both long enough that the run chooses its path as a default one
-does), the rate is their difference, and the longer run's steps over its whole wall time,
-start-up included, are printed beside it as what a user's default command gets.
+and 50,000 by default; both must be long enough that the run chooses its path as a default
+one does: under ``CALIBRATE_FROM`` steps, 5,000, a run compiles nothing, and the script
+refuses such lengths), the rate is their difference, and the longer run's steps over its
+whole wall time, start-up included, are printed beside it as what a user's default command
+gets.
 ``--lengths`` works on the CPU too.
 """
 
@@ -69,6 +71,7 @@ from reproduction.fuzzy_logic_section import task_config  # noqa: E402
 from latentlens.devices import cpu_model  # noqa: E402
 from latentlens.threads import available_cpus  # noqa: E402
 from latentlens.training import Trainer  # noqa: E402
+from latentlens.training.fast_path import CALIBRATE_FROM  # noqa: E402
 from latentlens.training.run_dir import RunDirectory  # noqa: E402
 from speed.cpu_side_by_side import (  # noqa: E402
     StepTimer,
@@ -346,6 +349,11 @@ def main(argv: list[str] | None = None) -> int:
     lengths = args.lengths or (CUDA_LENGTHS if args.device == "cuda" else None)
     if lengths is not None and not 0 < lengths[0] < lengths[1]:
         parser.error(f"--lengths {lengths[0]} {lengths[1]}: give two step counts, shorter first")
+    if lengths is not None and lengths[0] < CALIBRATE_FROM:
+        parser.error(f"--lengths {lengths[0]} {lengths[1]}: a run of under {CALIBRATE_FROM} "
+                     "steps compiles nothing, so it takes another path than a default run "
+                     f"and the pair's difference is no path's rate; give both at least "
+                     f"{CALIBRATE_FROM}")  # fmt: skip
     budgets = {task: args.budgets or BUDGETS[task] for task in args.tasks}
     cores = available_cpus()
     rows: list[dict[str, Any]] = []
