@@ -217,6 +217,16 @@ def rate_of(short: list[TimedRun], long: list[TimedRun]) -> CommandRate:
                        [b.path for _, b in pairs], pairs)  # fmt: skip
 
 
+def budgets_for(tasks: list[str], given: list[float] | None) -> dict[str, tuple[float, float]]:
+    """Each task's two budgets: ``given`` for all where given, else its own :data:`BUDGETS`."""
+    return {task: tuple(given) if given else BUDGETS[task] for task in tasks}
+
+
+def budgets_said(budgets: dict[str, tuple[float, float]]) -> str:
+    """``budgets`` as the scripts print them: "budgets 20 and 60 s (fuzzy-logic); ..."."""
+    return "budgets " + "; ".join(f"{a:g} and {b:g} s ({task})" for task, (a, b) in budgets.items())
+
+
 def limits_of(lengths: tuple[int, int] | None, budgets: tuple[float, float]) -> tuple[Limit, Limit]:
     """Where a round's two runs stop: at ``lengths`` steps where given, else after ``budgets``
     seconds of training."""
@@ -354,7 +364,7 @@ def main(argv: list[str] | None = None) -> int:
                      "steps compiles nothing, so it takes another path than a default run "
                      f"and the pair's difference is no path's rate; give both at least "
                      f"{CALIBRATE_FROM}")  # fmt: skip
-    budgets = {task: args.budgets or BUDGETS[task] for task in args.tasks}
+    budgets = budgets_for(args.tasks, args.budgets)
     cores = available_cpus()
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -397,8 +407,7 @@ def main(argv: list[str] | None = None) -> int:
                     if args.out:  # kept as it grows: a failure later loses nothing
                         args.out.write_text(json.dumps({"rows": rows}, indent=1))
     how = (f"runs to {lengths[0]} and {lengths[1]} steps" if lengths is not None
-           else "budgets " + "; ".join(f"{a:g} and {b:g} s ({task})"
-                                       for task, (a, b) in budgets.items()))  # fmt: skip
+           else budgets_said(budgets))  # fmt: skip
     where = (f"{torch.cuda.get_device_name()}" if args.device == "cuda"
              else f"{processor()}, {cores} CPUs")  # fmt: skip
     print(

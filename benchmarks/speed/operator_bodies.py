@@ -32,8 +32,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from latentlens.kernels.native import SWITCH  # noqa: E402
 from speed.command_rounds import Cell  # noqa: E402
 from speed.command_side_by_side import (  # noqa: E402
-    BUDGETS,
     TASKS,
+    budgets_for,
+    budgets_said,
     checked_rate,
     limits_of,
     prime,
@@ -65,10 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.lengths is not None and not 0 < args.lengths[0] < args.lengths[1]:
         parser.error(f"--lengths {args.lengths[0]} {args.lengths[1]}: give two step counts, "
                      "shorter first")  # fmt: skip
-    budgets = {task: args.budgets or BUDGETS[task] for task in args.tasks}
+    budgets = budgets_for(args.tasks, args.budgets)
     if args.lengths is None:
-        measure = "budgets " + "; ".join(f"{a:g} and {b:g} s ({task})"
-                                         for task, (a, b) in budgets.items())  # fmt: skip
+        measure = budgets_said(budgets)
     else:
         measure = f"runs of {args.lengths[0]} and {args.lengths[1]} steps"
     print(f"{processor()}; the command at its defaults, rates by the difference of {measure}")
