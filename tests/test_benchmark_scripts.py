@@ -687,6 +687,18 @@ def test_operator_bodies_runs_to_given_lengths(monkeypatch, capsys) -> None:
     assert "shorter first" in capsys.readouterr().err
 
 
+def test_operator_bodies_refuses_lengths_either_side_of_compiling(monkeypatch, capsys) -> None:
+    """A pair whose shorter run is under CALIBRATE_FROM steps (no compile) and whose longer
+    run is not (compiled) would time two paths: refused, before any command runs."""
+    script = BENCHMARKS / "speed" / "operator_bodies.py"
+    module = load_script(script, monkeypatch)
+    monkeypatch.setattr(module, "prime", lambda *a: pytest.fail("it ran"))
+    with pytest.raises(SystemExit):
+        module.main(["--variants", "hyla", "--lengths", "1500", "6000"])
+    err = capsys.readouterr().err
+    assert "--lengths 1500 6000: a run of under 5000 steps compiles nothing and the longer" in err
+
+
 def test_operator_bodies_times_uneven_pairs_again_at_each_tasks_budgets(
     tmp_path: Path, monkeypatch, capsys
 ) -> None:

@@ -217,6 +217,21 @@ def rate_of(short: list[TimedRun], long: list[TimedRun]) -> CommandRate:
                        [b.path for _, b in pairs], pairs)  # fmt: skip
 
 
+def lengths_refused(lengths: tuple[int, int]) -> str | None:
+    """Why a pair of ``--lengths`` times no one path's rate, or None: out of order, or its
+    shorter run under ``CALIBRATE_FROM`` steps (which compiles nothing) and its longer not."""
+    short, long = lengths
+    if not 0 < short < long:
+        return f"--lengths {short} {long}: give two step counts, shorter first"
+    if short < CALIBRATE_FROM <= long:
+        return (
+            f"--lengths {short} {long}: a run of under {CALIBRATE_FROM} steps compiles "
+            "nothing and the longer one compiles, so the pair's difference is no path's "
+            f"rate; give both under {CALIBRATE_FROM} or both at least {CALIBRATE_FROM}"
+        )
+    return None
+
+
 def budgets_for(tasks: list[str], given: list[float] | None) -> dict[str, tuple[float, float]]:
     """Each task's two budgets: ``given`` for all where given, else its own :data:`BUDGETS`."""
     return {task: tuple(given) if given else BUDGETS[task] for task in tasks}
@@ -357,13 +372,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: this machine's torch sees no CUDA device")
     lengths = args.lengths or (CUDA_LENGTHS if args.device == "cuda" else None)
-    if lengths is not None and not 0 < lengths[0] < lengths[1]:
-        parser.error(f"--lengths {lengths[0]} {lengths[1]}: give two step counts, shorter first")
-    if lengths is not None and lengths[0] < CALIBRATE_FROM:
+    if lengths is not None and (refused := lengths_refused(lengths)):
+        parser.error(refused)
+    if lengths is not None and lengths[0] < CALIBRATE_FROM:  # one path, not a default run's
         parser.error(f"--lengths {lengths[0]} {lengths[1]}: a run of under {CALIBRATE_FROM} "
-                     "steps compiles nothing, so it takes another path than a default run "
-                     f"and the pair's difference is no path's rate; give both at least "
-                     f"{CALIBRATE_FROM}")  # fmt: skip
+                     "steps compiles nothing, so it takes another path than a default run; "
+                     f"give both at least {CALIBRATE_FROM}")  # fmt: skip
     budgets = budgets_for(args.tasks, args.budgets)
     cores = available_cpus()
     rows: list[dict[str, Any]] = []

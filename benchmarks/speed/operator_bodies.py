@@ -36,6 +36,7 @@ from speed.command_side_by_side import (  # noqa: E402
     budgets_for,
     budgets_said,
     checked_rate,
+    lengths_refused,
     limits_of,
     prime,
     processor,
@@ -63,9 +64,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="run both commands to the end at these --steps instead")  # fmt: skip
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
-    if args.lengths is not None and not 0 < args.lengths[0] < args.lengths[1]:
-        parser.error(f"--lengths {args.lengths[0]} {args.lengths[1]}: give two step counts, "
-                     "shorter first")  # fmt: skip
+    if args.lengths is not None and (refused := lengths_refused(args.lengths)):
+        parser.error(refused)
     budgets = budgets_for(args.tasks, args.budgets)
     if args.lengths is None:
         measure = budgets_said(budgets)
