@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -175,6 +176,37 @@ def test_the_command_benchmark_times_runs_to_their_end(tmp_path: Path, monkeypat
     assert rate.whole == [5_000 / 50.0] and rate.paths == ["fused"] and rate.unlike() == []
     budgets = module.command("sraven", "hyla", 1, run_dir, module.Limit(seconds=40), tmp_path, None)
     assert budgets[budgets.index("--time-budget") + 1] == "40" and "--steps" not in budgets
+
+
+def test_the_command_benchmark_survives_a_command_that_writes_much_to_stderr(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """A timed command may write more to stderr than a pipe holds (64 KiB: inductor prints
+    the code it failed to compile, warnings repeat); ``timed_commands`` must neither block
+    it nor wait on it forever, and a failure's message must end as its stderr ended."""
+    script = BENCHMARKS / "speed" / "command_side_by_side.py"
+    monkeypatch.syspath_prepend(str(script.parent))
+    module = load_script(script, monkeypatch)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    writes = (
+        "import json, pathlib, sys; sys.stderr.write('x' * 300_000 + '\\n'); "
+        f"pathlib.Path({str(run_dir / 'config.json')!r}).write_text("
+        "json.dumps({'train': {'steps': 7, 'path': 'eager'}}))"
+    )
+    found: list = []
+    command = [([sys.executable, "-c", writes], run_dir)]
+    timing = threading.Thread(
+        target=lambda: found.extend(module.timed_commands(command)), daemon=True
+    )
+    timing.start()
+    timing.join(timeout=60)
+    assert not timing.is_alive(), "timed_commands waited on a command blocked on its stderr"
+    [run] = found
+    assert (run.steps, run.path, run.training) == (7, "eager", None)
+    failing = "import sys; sys.stderr.write('y' * 100_000 + 'the end'); sys.exit(1)"
+    with pytest.raises(SystemExit, match="the end"):
+        module.timed_commands([([sys.executable, "-c", failing], run_dir)])
 
 
 def test_the_command_benchmark_finds_pairs_that_did_not_start_alike(monkeypatch) -> None:

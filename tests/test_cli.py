@@ -120,17 +120,17 @@ def test_output_cut_short_by_its_reader_ends_quietly() -> None:
     """`latentlens inspect | head -1`: no BrokenPipeError traceback."""
     exe = shutil.which("latentlens")
     command = [exe] if exe else [sys.executable, "-m", "latentlens.cli"]
-    process = subprocess.Popen(
+    with subprocess.Popen(
         [*command, "inspect", "--device", "cpu"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-    )
-    assert process.stdout is not None and process.stderr is not None
-    assert process.stdout.readline().startswith("latentlens")
-    process.stdout.close()
-    stderr = process.stderr.read()
-    process.wait(timeout=300)
+    ) as process:
+        assert process.stdout is not None and process.stderr is not None
+        assert process.stdout.readline().startswith("latentlens")
+        process.stdout.close()
+        stderr = process.stderr.read()
+        process.wait(timeout=300)
     assert "Traceback" not in stderr, stderr
 
 

@@ -51,6 +51,7 @@ gets.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -159,21 +160,29 @@ def timed_commands(commands: list[tuple[list[str], Path]]) -> list[TimedRun]:
     env = {
         k: v for k, v in os.environ.items() if k not in ("LATENTLENS_THREADS", "OMP_NUM_THREADS")
     }
-    began = time.perf_counter()
-    running = [(subprocess.Popen(args, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                                 text=True, env=env), run_dir)
-               for args, run_dir in commands]  # fmt: skip
-    ended: dict[int, float] = {}
-    while len(ended) < len(running):
-        for index, (process, _) in enumerate(running):
-            if index not in ended and process.poll() is not None:
-                ended[index] = time.perf_counter() - began
-        time.sleep(0.02)
+    # each command's stderr goes to a file, not a pipe: a pipe holds 64 KiB, and a command
+    # that writes more (inductor prints the code it failed to compile) would block on it
+    # while this loop waits for the command to end
+    with contextlib.ExitStack() as files:
+        logs = [files.enter_context(tempfile.TemporaryFile("w+")) for _ in commands]
+        began = time.perf_counter()
+        running = [subprocess.Popen(args, stderr=log, stdout=subprocess.DEVNULL, env=env)
+                   for (args, _), log in zip(commands, logs, strict=True)]  # fmt: skip
+        ended: dict[int, float] = {}
+        while len(ended) < len(running):
+            for index, process in enumerate(running):
+                if index not in ended and process.poll() is not None:
+                    ended[index] = time.perf_counter() - began
+            time.sleep(0.02)
+        errors = []
+        for log in logs:
+            log.seek(0)
+            errors.append(log.read())
     results = []
-    for index, (process, run_dir) in enumerate(running):
-        err = process.stderr.read()
-        if process.returncode not in (0, 3):
-            raise SystemExit(f"error: {' '.join(process.args)} failed:\n{err}")
+    for index, (process, (_, run_dir)) in enumerate(zip(running, commands, strict=True)):
+        err = errors[index]
+        if process.returncode not in (0, 3):  # its stderr's end: the error, not the warnings
+            raise SystemExit(f"error: {' '.join(process.args)} failed:\n{err[-4000:]}")
         path = json.loads((run_dir / "config.json").read_text())["train"].get("path")
         training = RunDirectory(run_dir).train_seconds()
         results.append(TimedRun(steps_reached(run_dir, err), ended[index], training, path or "?"))

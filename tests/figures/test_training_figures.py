@@ -68,7 +68,8 @@ def test_save_figure_cuts_every_file_as_savefig_tight_does_from_one_layout(
     figure.savefig(tight, dpi=150, bbox_inches="tight")
     png, svg, page = save_figure(figure, tmp_path / "curves", formats=("png", "svg", "html"))
     # the same box: matplotlib's own tight cut and this one give images of one size
-    assert Image.open(png).size == Image.open(tight).size
+    with Image.open(png) as ours, Image.open(tight) as theirs:
+        assert ours.size == theirs.size
     # one SVG drawing serves the .svg and the page, and the figure keeps its layout engine
     drawing = svg.read_text()
     assert drawing[drawing.index("<svg") :] in page.read_text()
@@ -101,7 +102,8 @@ def test_the_png_is_what_savefig_draws_of_the_same_layout_pixel_for_pixel(tmp_pa
     from latentlens.figures.save import draw_pixels, pixel_window, without_layout_engine  # noqa: PLC0415
 
     def pixels(path: Path) -> np.ndarray:
-        return np.asarray(Image.open(path).convert("RGBA"))
+        with Image.open(path) as image:
+            return np.asarray(image.convert("RGBA"))
 
     def pixel_box(size: Bbox, box: Bbox, dpi: float) -> Bbox:
         """The box save_figure cuts, in inches: ``box`` moved onto the pixel grid."""
@@ -117,8 +119,9 @@ def test_the_png_is_what_savefig_draws_of_the_same_layout_pixel_for_pixel(tmp_pa
         figure.savefig(tight, dpi=150, bbox_inches="tight")
         (png,) = save_figure(figure, tmp_path / name, formats=("png",))
         assert pixels(png).shape == pixels(tight).shape, name
-        assert Image.open(png).info["Software"] == Image.open(tight).info["Software"]
-        assert Image.open(png).info["dpi"] == pytest.approx(Image.open(tight).info["dpi"])
+        with Image.open(png) as ours, Image.open(tight) as theirs:
+            assert ours.info["Software"] == theirs.info["Software"]
+            assert ours.info["dpi"] == pytest.approx(theirs.info["dpi"])
         # the same layout again, drawn by savefig itself
         _, size, content = draw_pixels(figure, 150)
         without_layout_engine(figure)

@@ -15,6 +15,7 @@ pytestmark = pytest.mark.skipif(not linear_kernels.has_onednn(), reason="PyTorch
 
 def within_rounding(a: torch.Tensor, exact: torch.Tensor, bound: float = 2e-6) -> bool:
     """``a`` within float32 rounding of float64 ``exact``: ``bound`` of its norm."""
+    exact = exact.detach()
     return float((a.detach().double() - exact).norm()) <= bound * float(exact.norm())
 
 

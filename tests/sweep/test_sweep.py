@@ -65,7 +65,7 @@ def start_one_cell_sweep(tmp_path: Path, steps: int) -> tuple[subprocess.Popen, 
     # KeyboardInterrupt): the child starts with SIGINT's default action.
     sweep = subprocess.Popen(
         [sys.executable, "-m", "latentlens", "sweep", str(spec), "--out", str(out),
-         "--num-cpus", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+         "--num-cpus", "1"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )  # fmt: skip
     cell = out / "seed=0"
@@ -151,6 +151,7 @@ def test_a_killed_worker_is_retried_and_its_cell_resumes_bit_equal(tmp_path) -> 
     for pid in pids:
         os.kill(pid, signal.SIGKILL)
     assert sweep.wait(timeout=300) == 0, sweep.stderr.read()[-2000:]
+    sweep.stderr.close()
     assert killed_at < 600
     # Ray retried the cell in a new worker, which took over the lock and resumed
     assert json.loads((cell / ".lock").read_text())["pid"] != writer
@@ -190,6 +191,7 @@ def test_the_local_ray_instance_dies_with_the_sweep(tmp_path, ending) -> None:
         assert code == 130
         message = sweep.stderr.read()
         assert "the sweep stopped" in message and f"--out {cell.parent} continues it" in message
+    sweep.stderr.close()
     deadline = time.time() + 30
     while alive(started) and time.time() < deadline:
         time.sleep(0.2)

@@ -58,13 +58,13 @@ def test_a_second_writer_is_refused_and_a_dead_writers_lock_is_taken_over(tmp_pa
         first.send_signal(signal.SIGSTOP)
         for argv in (["train", "--resume", str(run), "--quiet"], train_flags(run)):
             second = run_cli(*argv)
-            assert second.wait(timeout=120) == 2
-            message = second.stderr.read()
+            _, message = second.communicate(timeout=120)
+            assert second.returncode == 2
             assert f"is being written by PID {first.pid} on {socket.gethostname()}" in message
             assert "Traceback" not in message
     finally:
         first.send_signal(signal.SIGKILL)
-        first.wait(timeout=60)
+        first.communicate(timeout=60)
     # the kernel dropped the dead process's lock: the next writer takes it over
     trainer = Trainer.resume(run, quiet=True)
     assert trainer.step == list_checkpoints(run / "checkpoints")[-1][0] > 0

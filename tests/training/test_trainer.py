@@ -246,7 +246,8 @@ def test_sigkill_then_resume_equals_an_uninterrupted_run(tmp_path: Path) -> None
         "blocks.*.attn.hook_pattern",
     ]
     whole = run_cli(*flags, "--run-dir", str(tmp_path / "whole"))
-    assert whole.wait(timeout=300) == 0, whole.stderr.read()
+    _, err = whole.communicate(timeout=300)
+    assert whole.returncode == 0, err
 
     killed_dir = tmp_path / "killed"
     victim = run_cli(*flags, "--run-dir", str(killed_dir))
@@ -255,13 +256,14 @@ def test_sigkill_then_resume_equals_an_uninterrupted_run(tmp_path: Path) -> None
         time.sleep(0.02)
     time.sleep(0.3)
     victim.send_signal(signal.SIGKILL)
-    victim.wait(timeout=60)
+    victim.communicate(timeout=60)
     assert victim.returncode == -signal.SIGKILL, "the run finished before it could be killed"
     interrupted_at = list_checkpoints(killed_dir / "checkpoints")[-1][0]
     assert interrupted_at < 200
 
     resumed = run_cli("train", "--resume", str(killed_dir), "--quiet", "--device", "cpu")
-    assert resumed.wait(timeout=300) == 0, resumed.stderr.read()
+    _, err = resumed.communicate(timeout=300)
+    assert resumed.returncode == 0, err
     assert (killed_dir / "metrics.jsonl").read_text() == (
         tmp_path / "whole/metrics.jsonl"
     ).read_text()

@@ -171,7 +171,8 @@ def test_train_command_with_fusion_and_gca_tracks_routing(tmp_path: Path, capsys
     assert routing["values"].shape == (3, 3, 3) and routing["steps"].tolist() == [0, 3, 6]
     routing_file = tracking / "routing_matrix.safetensors"
     assert load_tracked(routing_file).axes == ("decoder_layer", "encoder_layer")
-    quality = [json.loads(line) for line in (tracking / "translation_quality.jsonl").open()]
+    lines = (tracking / "translation_quality.jsonl").read_text().splitlines()
+    quality = [json.loads(line) for line in lines]
     assert [q["step"] for q in quality] == [0, 3, 6]  # 0: the initialisation
     assert all(0.0 <= q["cter_instance"] <= 1.0 and 0.0 <= q["bleu_test"] <= 100 for q in quality)
     assert all(0.0 <= q["cter_VP_aggregate"] <= 1.0 and 0.0 <= q["bleu_cg"] <= 100 for q in quality)
